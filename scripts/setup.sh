@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv at the repository root (if needed) and install cascade-rl with the
+# locked CPU dependency set. Idempotent: a second run with unchanged pyproject.toml
+# and constraints.txt returns at once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+export DVC_NO_ANALYTICS=1 DS_BUILD_OPS=0
+
+stamp=".venv/.cascade-installed"
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24"
+# torch==2.13.0 resolves to the CPU wheel on these machines; constraints.txt pins the rest.
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev]"
+[ -d .git ] && .venv/bin/dvc config core.analytics false >/dev/null 2>&1 || true
+echo "$want" > "$stamp"

@@ -1,0 +1,87 @@
+"""A real ``dvc repro`` of the data pipeline, in a temporary copy of the repository,
+on a reduced source set (params override)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from datasets import load_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+REDUCED = ["fastchat_conversations", "math_solutions", "mbpp_solutions", "math_problems", "mbpp_problems", "ifbench_prompts",
+           "math500", "humaneval", "ifeval", "mtbench"]
+
+
+def _run(args, cwd, env):
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def repo_copy(tmp_path_factory):
+    dst = tmp_path_factory.mktemp("repo")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        if (REPO / f).is_file():
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, dst / f)
+    params = yaml.safe_load((dst / "params.yaml").read_text())
+    params["sources"]["only"] = REDUCED
+    (dst / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1"}
+    _run(["git", "init", "-q"], dst, env)
+    _run([sys.executable, "-m", "dvc", "repro", "export"], dst, env)
+    return dst, env
+
+
+def test_repro_writes_every_step_with_balanced_counts(repo_copy):
+    dst, _ = repo_copy
+    for step in ("ingest", "dedup", "decontaminate", "validate", "build", "export"):
+        m = json.loads((dst / "metrics" / f"{step}.json").read_text())
+        assert m["rows_in"] == m["rows_out"] + m["rows_rejected"], step
+        assert pq.read_table(dst / "rejects" / f"{step}.parquet").num_rows == m["rows_rejected"]
+    ingest = json.loads((dst / "metrics" / "ingest.json").read_text())
+    assert set(ingest["per_source"]) == set(REDUCED)
+    assert ingest["per_source"]["math500"]["rows_out"] == 500
+
+
+def test_math500_problems_are_removed_from_math_train_by_decontamination(repo_copy):
+    dst, _ = repo_copy
+    m = json.loads((dst / "metrics" / "decontaminate.json").read_text())
+    # MATH test (5000) contains the MATH-500 problems: they must all be caught in both tables
+    assert m["per_table"]["rl"]["contaminated_by_benchmark"]["math500"] >= 500
+    assert m["per_table"]["sft"]["contaminated_by_benchmark"]["math500"] >= 500
+    rejects = pq.read_table(dst / "rejects" / "decontaminate.parquet").to_pylist()
+    assert all(r["reason"].startswith("contaminated: ") for r in rejects)
+
+
+def test_every_exported_config_loads(repo_copy):
+    dst, _ = repo_copy
+    for kind in ("sft", "rl"):
+        card = (dst / "release" / kind / "README.md").read_text()
+        configs = [c["config_name"] for c in yaml.safe_load(card.split("---")[1])["configs"]]
+        assert configs
+        for config in configs:
+            ds = load_dataset(str(dst / "release" / kind), config)
+            assert sum(len(s) for s in ds.values()) > 0
+
+
+def test_second_repro_is_a_noop_and_metrics_show_lists_steps(repo_copy):
+    dst, env = repo_copy
+    t0 = time.perf_counter()
+    out = _run([sys.executable, "-m", "dvc", "repro", "export"], dst, env)
+    assert "didn't change, skipping" in out and "Running stage" not in out
+    assert time.perf_counter() - t0 < 30
+    shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], dst, env)
+    files = json.loads(shown)[""]["data"]
+    assert {Path(f).stem for f in files} >= {"ingest", "dedup", "decontaminate", "validate", "build", "export"}
