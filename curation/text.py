@@ -52,4 +52,4 @@ def user_text(kind: str) -> pl.Expr:
 def md5_hex(values: pl.Series, salt: str = "") -> pl.Series:
     """md5 hex digest of ``salt + value`` for each string (stable across runs and versions)."""
     frame = pl.DataFrame({"v": values.cast(pl.Utf8)}).select((pl.lit(salt) + pl.col("v")).alias("v"))
-    return duckdb.sql("SELECT md5(v) AS h FROM frame").pl()["h"].alias(values.name)
+    return duckdb.from_arrow(frame.to_arrow()).select("md5(v) AS h").pl()["h"].alias(values.name)
