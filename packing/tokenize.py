@@ -1,0 +1,265 @@
+"""Chat-template tokenization with assistant-only loss masks.
+
+Each SFT row (``corpora.schema.SFT_SCHEMA``) is rendered with the tokenizer's
+own chat template (``apply_chat_template``, tools and reasoning included) and
+tokenized once; ``loss_mask`` marks exactly the tokens the assistant produces.
+
+How the assistant spans are found, without ``{% generation %}`` markers (most
+templates, SmolLM2's ChatML and Qwen3's among them, have none, and
+``apply_chat_template(..., return_assistant_tokens_mask=True)`` then returns
+an all-zero mask):
+
+1. ``text`` = the conversation rendered as it is trained on.
+2. ``skeleton`` = the same conversation rendered with every assistant message
+   replaced by a unique sentinel (content only: no reasoning, no tool calls).
+   Between two sentinels the skeleton holds what the template renders outside
+   assistant payloads: the previous turn's footer, the user / tool / system
+   turns, and the next assistant's role header.
+3. Each skeleton segment is cut at its last assistant role header (the text
+   ``add_generation_prompt=True`` appends, e.g. ``<|im_start|>assistant\\n``)
+   and found in ``text`` in order; the assistant payload is what lies between
+   the end of one segment and the start of the next. The payload covers the
+   content, the rendered reasoning (``<think>...</think>``) and the rendered
+   tool calls; the special token that opens the following footer
+   (``<|im_end|>``, ``<|eot_id|>``, or GLM's next role marker) is the
+   end-of-turn token and is supervised with it. Role headers never are.
+4. The text is tokenized once (the fast tokenizer, batched) and each character
+   span is mapped to tokens through the character offsets
+   (``Encoding.char_to_token``): a token is supervised when it overlaps a span,
+   the convention of ``return_assistant_tokens_mask``.
+
+Because both renderings are of the whole conversation, a template that drops
+earlier turns' reasoning (Qwen3 renders ``<think>`` only after the last user
+query) renders the same skeleton, and the mask follows what ``text`` really
+holds: it cannot shift into a user turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SENTINEL = "\ue000{}\ue001"  # private-use code points: never produced by a template
+
+
+class TemplateError(ValueError):
+    """A row cannot be rendered or its assistant spans cannot be located.
+
+    ``reason`` is a short stable key (the rejects' ``reason`` column).
+    """
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass
+class TokenizedDoc:
+    """One tokenized conversation.
+
+    Attributes:
+        uuid: the SFT row's ``uuid`` (``<uuid>#<k>`` for the k-th piece of a split row).
+        input_ids: int32 [n] token ids of the rendered conversation.
+        loss_mask: int8 [n], 1 on supervised (assistant) tokens.
+        turn_ends: token index just past each assistant turn's end-of-turn token.
+        reasoning_dropped: assistant turns whose ``reasoning_content`` the template did not render.
+    """
+
+    uuid: str
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    turn_ends: list[int] = field(default_factory=list)
+    reasoning_dropped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def to_chat(messages: Sequence[dict[str, Any]], tools: str | None) -> tuple[list[dict], list[dict] | None]:
+    """Schema messages and tools (JSON string) to what chat templates read.
+
+    Drops null fields, decodes tool-call ``arguments`` to objects (Hugging Face
+    chat format) and ``tools`` to a list (``None`` when empty).
+    """
+    chat = []
+    for m in messages:
+        msg = {k: v for k, v in m.items() if v is not None}
+        if msg.get("tool_calls"):
+            msg["tool_calls"] = [{**c, "function": {"name": c["function"]["name"],
+                                                    "arguments": json.loads(c["function"]["arguments"])}}
+                                 for c in msg["tool_calls"]]
+        chat.append(msg)
+    parsed = json.loads(tools) if tools else None
+    return chat, (parsed or None)
+
+
+class ChatTokenizer:
+    """Render + tokenize SFT rows with assistant-only ``loss_mask``.
+
+    Args:
+        tokenizer: a Hugging Face fast tokenizer with a chat template.
+        chat_template: overrides the tokenizer's template when given.
+
+    Raises:
+        ValueError: when the tokenizer is not a fast one (no offsets) or its
+            template has no assistant generation prompt.
+    """
+
+    def __init__(self, tokenizer: Any, chat_template: str | None = None):
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: character offsets are needed")
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        probe = [{"role": "user", "content": SENTINEL.format("probe")}]
+        bare, prompted = self.render(probe, None), self.render(probe, None, add_generation_prompt=True)
+        if not prompted.startswith(bare) or prompted == bare:
+            raise ValueError("the chat template renders no assistant header with add_generation_prompt=True")
+        self.header = prompted[len(bare):]
+        # special tokens that may close a turn, longest first (so "<|im_end|>" wins over "<|im")
+        self.end_tokens = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if t.special},
+                                 key=len, reverse=True)
+
+    def render(self, chat: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
+        """The conversation as text, exactly as ``apply_chat_template(tokenize=False)`` renders it."""
+        return self.tokenizer.apply_chat_template(chat, tools=tools, tokenize=False, chat_template=self.chat_template,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def spans(self, chat: list[dict], tools: list[dict] | None) -> tuple[str, list[tuple[int, int]], int]:
+        """Render ``chat`` and locate each assistant turn's supervised characters.
+
+        Returns:
+            ``(text, spans, reasoning_dropped)``: ``spans`` are ``[start, end)``
+            character ranges of ``text``, one per assistant turn, in order; each
+            covers the payload and the end-of-turn token.
+
+        Raises:
+            TemplateError: ``template_error`` (the template raised),
+                ``template_structure`` (spans cannot be located), ``content_not_rendered``,
+                ``tool_calls_not_rendered``, ``sentinel_in_text``.
+        """
+        turns = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+        if not turns:
+            raise TemplateError("no_assistant_turn")
+        skeleton_chat = list(chat)
+        for j, i in enumerate(turns):
+            skeleton_chat[i] = {"role": "assistant", "content": SENTINEL.format(j)}
+        try:
+            text = self.render(chat, tools)
+            skeleton = self.render(skeleton_chat, tools)
+        except Exception as exc:  # noqa: BLE001 -- jinja raises anything (TemplateError, TypeError, its own exceptions)
+            raise TemplateError("template_error", f"{type(exc).__name__}: {exc}") from None
+        if "\ue000" in text:
+            raise TemplateError("sentinel_in_text", "the conversation contains U+E000")
+        segments = _split_skeleton(skeleton, len(turns))
+        spans, cursor, reasoning_dropped = [], 0, 0
+        starts = []
+        for j, seg in enumerate(segments[:-1]):
+            cut = seg.rfind(self.header)
+            if cut < 0:
+                raise TemplateError("template_structure", f"no assistant header before assistant turn {j}")
+            lead = seg[:cut + len(self.header)]
+            pos = text.find(lead, cursor) if j else (0 if text.startswith(lead) else -1)
+            if pos < 0:
+                raise TemplateError("template_structure", f"assistant turn {j}: surrounding text not found")
+            if j:
+                starts.append(pos)  # end of the previous payload
+            cursor = pos + len(lead)
+            starts.append(cursor)
+        tail = segments[-1]
+        if not text.endswith(tail) or len(text) - len(tail) < cursor:
+            raise TemplateError("template_structure", "text after the last assistant turn not found")
+        starts.append(len(text) - len(tail))
+        for j, i in enumerate(turns):
+            ps, pe = starts[2 * j], starts[2 * j + 1]
+            payload, msg = text[ps:pe], chat[i]
+            content = (msg.get("content") or "").strip()
+            if content and content not in payload:
+                raise TemplateError("content_not_rendered", f"assistant turn {j} (message {i})")
+            for call in msg.get("tool_calls") or []:
+                if call["function"]["name"] not in payload:
+                    raise TemplateError("tool_calls_not_rendered", f"assistant turn {j} (message {i})")
+            reasoning = (msg.get("reasoning_content") or "").strip()
+            reasoning_dropped += bool(reasoning) and reasoning not in payload
+            end = next((pe + len(t) for t in self.end_tokens if text.startswith(t, pe)), pe)
+            spans.append((ps, end))
+        return text, spans, reasoning_dropped
+
+    def tokenize(self, rows: Sequence[dict[str, Any]]) -> list[TokenizedDoc | TemplateError]:
+        """Tokenize a batch of SFT rows (``uuid``, ``messages``, ``tools``) in one fast-tokenizer call.
+
+        Returns one item per row: a :class:`TokenizedDoc`, or the
+        :class:`TemplateError` saying why the row cannot be used
+        (``no_supervised_tokens`` when the mask would be all zero).
+        """
+        rendered: list[tuple[str, list[tuple[int, int]], int] | TemplateError] = []
+        for row in rows:
+            try:
+                rendered.append(self.spans(*to_chat(row["messages"], row.get("tools"))))
+            except TemplateError as exc:
+                rendered.append(exc)
+            except (KeyError, TypeError, json.JSONDecodeError) as exc:
+                rendered.append(TemplateError("bad_row", f"{type(exc).__name__}: {exc}"))
+        ok = [r for r in rendered if not isinstance(r, TemplateError)]
+        encodings = iter(self.tokenizer.backend_tokenizer.encode_batch([r[0] for r in ok], add_special_tokens=False))
+        out: list[TokenizedDoc | TemplateError] = []
+        for row, r in zip(rows, rendered, strict=True):
+            if isinstance(r, TemplateError):
+                out.append(r)
+                continue
+            enc = next(encodings)
+            ids = np.asarray(enc.ids, dtype=np.int32)
+            mask, ends = _mask_from_spans(enc, len(ids), r[1])
+            out.append(TokenizedDoc(row["uuid"], ids, mask, ends, r[2]) if mask.any()
+                       else TemplateError("no_supervised_tokens"))
+        return out
+
+
+def _split_skeleton(skeleton: str, n: int) -> list[str]:
+    """The ``n + 1`` pieces of ``skeleton`` around sentinels ``0..n-1``."""
+    pieces, cursor = [], 0
+    for j in range(n):
+        s = SENTINEL.format(j)
+        pos = skeleton.find(s, cursor)
+        if pos < 0:
+            raise TemplateError("template_structure", f"the template does not render assistant content {j} verbatim")
+        pieces.append(skeleton[cursor:pos])
+        cursor = pos + len(s)
+    pieces.append(skeleton[cursor:])
+    return pieces
+
+
+def _mask_from_spans(enc: Any, n: int, spans: list[tuple[int, int]]) -> tuple[np.ndarray, list[int]]:
+    """int8 [n] mask of the tokens overlapping ``spans``, and each span's end token index."""
+    mask = np.zeros(n, dtype=np.int8)
+    ends = []
+    offsets = None
+    for start, end in spans:
+        if end <= start:
+            ends.append(ends[-1] if ends else 0)
+            continue
+        t0, t1 = enc.char_to_token(start), enc.char_to_token(end - 1)
+        if t0 is None or t1 is None:  # boundary char in no token: search the offsets
+            if offsets is None:
+                offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            t0 = int(np.searchsorted(offsets[:, 1], start, side="right"))
+            t1 = int(np.searchsorted(offsets[:, 0], end, side="left")) - 1
+        mask[t0:t1 + 1] = 1
+        ends.append(t1 + 1)
+    return mask, ends
+
+
+def iter_tokenized(chat_tokenizer: ChatTokenizer, rows: Iterator[dict[str, Any]] | Sequence[dict[str, Any]],
+                   batch_rows: int = 256) -> Iterator[tuple[dict[str, Any], TokenizedDoc | TemplateError]]:
+    """Yield ``(row, result)`` for every row, tokenizing ``batch_rows`` at a time."""
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == batch_rows:
+            yield from zip(batch, chat_tokenizer.tokenize(batch), strict=True)
+            batch = []
+    if batch:
+        yield from zip(batch, chat_tokenizer.tokenize(batch), strict=True)

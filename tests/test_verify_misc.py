@@ -1,0 +1,107 @@
+"""Registry and batch runner, pass@k (FILTER-01), structured output, long context and GenRM parsing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.handed import handed_case
+from validators.verifiers import Verdict, check_row, get_verifier, pass_at_k, verify, verify_batch
+from validators.verifiers.genrm import GenRMParseError, group_rewards, pair_indices, parse_judgement
+
+
+def test_filter_01_pass_at_k_is_unbiased_and_never_one_without_a_pass():
+    case = handed_case("FILTER-01")
+    ks = case["input"]["pass_at_k"]
+    assert pass_at_k(**ks[0]) == 0.0                                    # c == 0 with k > n
+    assert [pass_at_k(**x) for x in ks[1:]] == pytest.approx([1.0, 0.3, 1 - 21 / 252])
+    results = case["input"]["filter"]["results"]
+    rates = {p: pass_at_k(len(r), sum(r), 1) for p, r in results.items()}
+    assert rates == pytest.approx(case["expected"]["pass_rate"])
+    assert sorted(p for p, r in rates.items() if 0 < r < 1) == case["expected"]["kept"]
+    assert pass_at_k(4, 1, 9) == 1.0                                    # k > n: every sample drawn
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+def test_registry_errors_name_the_row_and_the_known_verifiers():
+    with pytest.raises(KeyError, match="known: code, genrm, instruction_following"):
+        get_verifier("nope")
+    with pytest.raises(ValueError, match="row 'r1': no verifier 'nope'"):
+        check_row({"uuid": "r1", "agent_ref": "nope"})
+    with pytest.raises(ValueError, match="row 'r2': ground_truth is not valid JSON"):
+        check_row({"uuid": "r2", "agent_ref": "math", "ground_truth": "{oops"})
+    with pytest.raises(ValueError, match=r"reward 1.5 outside \[0, 1\]"):
+        Verdict(1.5, True, "x")
+
+
+def test_verify_batch_one_verdict_each_in_order_with_crash_and_timeout_isolated():
+    math = {"uuid": "m", "agent_ref": "math", "ground_truth": json.dumps({"answer": "2"})}
+    slow_code = {"uuid": "c", "agent_ref": "code",
+                 "ground_truth": json.dumps({"mode": "assert", "tests": ["assert True"], "timeout_s": 60})}
+    responses = [r"\boxed{2}", r"\boxed{3}", "```python\nwhile True: pass\n```", "x", r"\boxed{2}"]
+    rows = [math, math, slow_code, {"uuid": "u", "agent_ref": "nope"}, math]
+    start = time.monotonic()
+    out = verify_batch(responses, rows, timeout_s=3, workers=2)
+    assert time.monotonic() - start < 30
+    assert [v.reward for v in out] == [1.0, 0.0, 0.0, 0.0, 1.0]
+    assert out[2].reason == "timeout after 3s"
+    assert out[3].reason.startswith("KeyError")
+    with pytest.raises(ValueError, match="2 responses but 1 rows"):
+        verify_batch(["a", "b"], [math])
+    assert verify_batch([], []) == []
+
+
+def _so_row(schema, **meta):
+    return {"uuid": "s", "agent_ref": "structured_output", "ground_truth": json.dumps({"schema": schema}),
+            "metadata": json.dumps(meta)}
+
+
+def test_structured_output_schema_and_fence_policy():
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}},
+              "additionalProperties": False}
+    row = _so_row(schema)
+    assert verify('{"a": 1}', row).reward == 1.0
+    assert verify('```json\n{"a": 1}\n```', row).reward == 1.0
+    assert verify('```json\n{"a": 1}\n```', _so_row(schema, fenced="reject")).reward == 0.0
+    assert verify('Here: {"a": 1}', row).reward == 0.0
+    bad = verify('{"a": "1", "b": 2}', row)
+    assert bad.reward == 0.0 and bad.reason.startswith("schema violation")
+    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+        check_row(_so_row({"type": "objekt"}))
+
+
+def test_long_context_normalized_exact_match():
+    row = {"uuid": "l", "agent_ref": "long_context", "ground_truth": json.dumps({"answers": ["The Eiffel Tower"]})}
+    assert verify("eiffel tower.", row).reward == 1.0
+    assert verify("It is the Eiffel Tower", row).reward == 0.0
+    multi = dict(row, ground_truth=json.dumps({"answers": ["5859107", "42"], "match": "all"}))
+    assert verify(r"\boxed{42, 5859107}", multi).reward == 1.0
+    half = verify("5859107", multi)
+    assert (half.reward, half.passed) == (0.5, False)
+
+
+def test_genrm_parsing_pairing_and_rewards():
+    judge = ("<think>compare</think>[The Begin of Individual Scores]\n\\boxed{4, 2}\n[The End of Individual Scores]\n"
+             "[The Begin of Ranking Score]\n\\boxed{2}\n[The End of Ranking Score]")
+    assert parse_judgement(judge) == parse_judgement(r"Scores \boxed{4, 2} then \boxed{2}")
+    assert parse_judgement(judge).score_1 == 4
+    for bad in [r"\boxed{4, 9} \boxed{2}", r"\boxed{4, 2}", r"\boxed{4.5, 2} \boxed{1}", "<think>\\boxed{4, 2}"]:
+        with pytest.raises(GenRMParseError):
+            parse_judgement(bad)
+    assert pair_indices(3, "circular") == [(0, 1), (1, 2), (2, 0)]
+    assert pair_indices(3, "all_pairs") == [(0, 1), (0, 2), (1, 2)]
+    tie = r"\boxed{3, 3} \boxed{5}"                                      # tie broken towards response 2
+    out = group_rewards(3, [(0, 1), (1, 2), (2, 0)], [r"\boxed{5, 1} \boxed{1}", tie, "garbage"])
+    # tie-break b = (3.5 - 5)/5 = -0.3: response 1 of the pair gets 2.7, response 2 gets 3.3
+    # r0 = (5 - .5)/5 = .9 ; r1 = (mean(1, 2.7) - .5)/5 = .27 ; r2 = (3.3 - .5)/5 = .56
+    assert out.rewards == pytest.approx([0.9, 0.27, 0.56])
+    assert out.malformed == [((2, 0), "no \\boxed{s1, s2} scores")] and out.n_judged == [1, 2, 1]
+    lonely = group_rewards(3, [(0, 1), (2, 0)], [r"\boxed{5, 1} \boxed{1}", "garbage"])
+    assert lonely.unjudged == [2] and lonely.rewards[2] == pytest.approx((0.9 + 0.1) / 2)
+    row = {"uuid": "g", "agent_ref": "genrm", "responses_create_params": {"input": [{"role": "user", "content": "hi"}]}}
+    check_row(row)
+    with pytest.raises(ValueError, match="scored per group by a judge"):
+        verify("an answer", row)

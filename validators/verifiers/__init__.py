@@ -1,0 +1,42 @@
+r"""Response verifiers shared by rewards (stage runners) and difficulty filtering.
+
+A registry keyed by the RL row's ``agent_ref`` (:mod:`.registry`); one module per domain:
+``math`` and ``reasoning_gym`` (:mod:`.math`), ``code`` (:mod:`.code`, run in :mod:`.sandbox`),
+``mcqa`` (:mod:`.mcqa`), ``instruction_following`` (:mod:`.ifeval` + :mod:`.ifbench`),
+``tool_call`` (:mod:`.tool_call`), ``structured_output`` (:mod:`.structured_output`),
+``long_context`` (:mod:`.long_context`) and ``genrm`` (:mod:`.genrm`, pairwise judge parsing).
+:func:`verify_batch` (:mod:`.batch`) grades many samples in worker processes under a wall clock;
+:func:`pass_at_k` (:mod:`.passk`) is the unbiased estimator.
+
+>>> from validators.verifiers import verify
+>>> import json
+>>> row = {"agent_ref": "math", "ground_truth": json.dumps({"answer": r"\frac{3}{4}"})}
+>>> verify(r"<think>3 over 4</think>The answer is $\boxed{0.75}$.", row).reward
+1.0
+"""
+
+from validators.verifiers import (  # noqa: F401  (each module registers its verifiers)
+    code,
+    genrm,
+    ifbench,
+    ifeval,
+    long_context,
+    math,
+    mcqa,
+    structured_output,
+    tool_call,
+)
+from validators.verifiers.batch import verify_batch
+from validators.verifiers.passk import pass_at_k
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    check_row,
+    final_answer,
+    get_verifier,
+    register_verifier,
+    verify,
+)
+
+__all__ = ["Verdict", "Verifier", "check_row", "final_answer", "get_verifier", "pass_at_k",
+           "register_verifier", "verify", "verify_batch"]

@@ -1,0 +1,152 @@
+"""``verify_batch``: verdicts for many responses, in worker processes, each under a wall-clock limit.
+
+Workers are fresh interpreters (``python -c`` running :func:`_serve` on two pipe fds, pickled
+messages), so callers need no ``if __name__ == "__main__"`` guard and nothing of the caller's
+state is forked. Each worker imports the verifiers once, says it is ready, then
+grades one sample at a time; the parent hands out samples, waits on the pipes and, when a sample
+passes ``timeout_s`` (counted from hand-out), kills that worker (SIGKILL; code sandboxes die with
+it through bubblewrap's ``--die-with-parent``) and starts a fresh one. A sample that hangs
+(math-verify on a pathological expression, a regex blow-up) or crashes its worker gets reward 0
+with the reason, and the batch goes on. This process-level limit is what makes math-verify's
+disabled ``signal.alarm`` timeouts safe (those only work in a main thread).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from validators.verifiers.registry import Verdict, fail, verify
+
+READY = "ready"
+START_TIMEOUT_S = 120.0
+WORKER_MAIN = "import sys; from validators.verifiers.batch import _serve; _serve(int(sys.argv[1]), int(sys.argv[2]))"
+
+
+def _serve(rfd: int, wfd: int) -> None:
+    """Worker loop: receive ``(i, response, row)``, send ``(i, Verdict)``; ``None`` ends it."""
+    import validators.verifiers  # noqa: F401  (registers every verifier before READY)
+
+    inbox, outbox = Connection(rfd, writable=False), Connection(wfd, readable=False)
+    outbox.send(READY)
+    while True:
+        try:
+            task = inbox.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        i, response, row = task
+        try:
+            verdict = verify(response, row)
+        except Exception as exc:  # one bad sample never stops the batch
+            verdict = fail(f"{type(exc).__name__}: {exc}"[:500])
+        outbox.send((i, verdict))
+
+
+@dataclass
+class _Worker:
+    proc: subprocess.Popen
+    send: Connection
+    recv: Connection
+    task: int | None = None
+    deadline: float = 0.0
+
+    @classmethod
+    def start(cls) -> _Worker:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        proc = subprocess.Popen([sys.executable, "-c", WORKER_MAIN, str(to_child_r), str(from_child_w)],
+                                pass_fds=(to_child_r, from_child_w), env=env,
+                                stdin=subprocess.DEVNULL)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        worker = cls(proc, Connection(to_child_w, readable=False), Connection(from_child_r, writable=False))
+        if not worker.recv.poll(START_TIMEOUT_S) or worker.recv.recv() != READY:
+            worker.stop(kill=True)
+            raise RuntimeError(f"verifier worker did not start (exit code {proc.poll()})")
+        return worker
+
+    def stop(self, kill: bool) -> None:
+        if not kill:
+            try:
+                self.send.send(None)
+            except OSError:
+                kill = True
+        if kill:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.send.close()
+        self.recv.close()
+
+
+def verify_batch(responses: list[str], rows: list[dict[str, Any]], timeout_s: float = 10.0,
+                 workers: int = 2) -> list[Verdict]:
+    """One :class:`Verdict` per response, ``responses[i]`` graded against ``rows[i]``.
+
+    Args:
+        responses: raw model outputs (reasoning included).
+        rows: canonical RL rows (``agent_ref`` picks the verifier).
+        timeout_s: wall-clock seconds per sample, from hand-out to verdict (worker start-up excluded).
+        workers: worker processes (at most one per sample).
+
+    Returns:
+        ``len(responses)`` verdicts in input order; a sample that raised, timed out or killed its
+        worker has reward 0 and the reason.
+
+    Raises:
+        ValueError: ``responses`` and ``rows`` differ in length, or ``workers < 1``.
+        RuntimeError: a worker cannot start, or a verdict is missing at the end (checked).
+    """
+    if len(responses) != len(rows):
+        raise ValueError(f"{len(responses)} responses but {len(rows)} rows")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    out: list[Verdict | None] = [None] * len(responses)
+    todo = list(range(len(responses)))[::-1]
+    pool: list[_Worker] = []
+    try:
+        pool = [_Worker.start() for _ in range(min(workers, len(responses)))]
+        while todo or any(w.task is not None for w in pool):
+            for w in pool:
+                if w.task is None and todo:
+                    w.task = todo.pop()
+                    w.send.send((w.task, responses[w.task], rows[w.task]))
+                    w.deadline = time.monotonic() + timeout_s
+            busy = [w for w in pool if w.task is not None]
+            ready = wait([w.recv for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
+            for k, w in enumerate(pool):
+                if w.task is None:
+                    continue
+                if w.recv in ready:
+                    try:
+                        i, verdict = w.recv.recv()
+                        out[i], w.task = verdict, None
+                        continue
+                    except (EOFError, OSError):
+                        reason = f"verifier process died (exit code {w.proc.poll()})"
+                elif time.monotonic() >= w.deadline:
+                    reason = f"timeout after {timeout_s:g}s"
+                else:
+                    continue
+                out[w.task] = fail(reason)
+                w.stop(kill=True)
+                pool[k] = _Worker.start()
+    finally:
+        for w in pool:
+            w.stop(kill=False)
+    missing = [i for i, v in enumerate(out) if v is None]
+    if missing:
+        raise RuntimeError(f"no verdict for samples {missing[:10]}")
+    return out  # type: ignore[return-value]

@@ -1,0 +1,171 @@
+"""The verifier registry: ``Verdict``, ``Verifier``, ``register_verifier``, ``get_verifier``, ``verify``, ``check_row``.
+
+A verifier is registered under the RL row's ``agent_ref`` (NeMo-Gym convention: the row names its
+environment). Rows are canonical RL rows (``corpora/schema.py`` ``RL_SCHEMA``): ``ground_truth``,
+``kwargs`` and ``metadata`` are JSON strings (already-decoded values are accepted too).
+
+Response format: reasoning is stripped before grading (:func:`final_answer`): the final answer is
+the text after the last closing ``</think>``, verbatim; a ``<think>`` that never closes means no
+final answer (reward 0, whatever the verifier); a response without think tags is its own answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass
+class Verdict:
+    """The grade of one response.
+
+    Attributes:
+        reward: float in [0, 1] (binary verifiers give 0.0 or 1.0).
+        passed: whether the response counts as correct (pass rates and pass@k count these).
+        reason: one readable line (``"ok"``, ``"timeout after 10.0s"``, ``"no \\boxed{} answer"``...).
+        details: verifier-specific data (extracted answer, per-test records, isolation...).
+    """
+
+    reward: float
+    passed: bool
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.reward <= 1.0:
+            raise ValueError(f"reward {self.reward} outside [0, 1]")
+
+
+def fail(reason: str, **details: Any) -> Verdict:
+    """A zero-reward verdict."""
+    return Verdict(0.0, False, reason, details)
+
+
+def final_answer(response: str) -> str | None:
+    """The user-visible answer of ``response``: the text after the last ``</think>`` (verbatim),
+    ``None`` when a ``<think>`` block never closes, else ``response`` itself."""
+    if THINK_CLOSE in response:
+        return response.rsplit(THINK_CLOSE, 1)[1]
+    if THINK_OPEN in response:
+        return None
+    return response
+
+
+def row_json(row: dict[str, Any], name: str) -> Any:
+    """Field ``name`` of ``row`` decoded from JSON (a non-string value is returned as is).
+
+    Raises:
+        ValueError: naming the row's uuid and the field when it is not valid JSON.
+    """
+    value = row.get(name)
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"row {row.get('uuid')!r}: {name} is not valid JSON: {exc}") from None
+    return value
+
+
+def ground_truth(row: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``row.ground_truth`` as a dict that has every key in ``keys``.
+
+    Raises:
+        ValueError: naming the row and the missing key.
+    """
+    gt = row_json(row, "ground_truth")
+    if not isinstance(gt, dict):
+        raise ValueError(f"row {row.get('uuid')!r}: ground_truth must be a JSON object, got {type(gt).__name__}")
+    missing = [k for k in keys if k not in gt]
+    if missing:
+        raise ValueError(f"row {row.get('uuid')!r}: ground_truth lacks {', '.join(missing)}")
+    return gt
+
+
+def metadata(row: dict[str, Any]) -> dict[str, Any]:
+    """``row.metadata`` decoded (``{}`` when absent)."""
+    meta = row_json(row, "metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+class Verifier:
+    """Base class: subclasses implement :meth:`check` (spec validation) and :meth:`score`
+    (grading of the final answer). :meth:`verify` strips reasoning and calls both."""
+
+    name: str = ""
+
+    def check(self, row: dict[str, Any]) -> None:
+        """Raise ValueError (naming the row and field) when ``row``'s verifier spec is invalid."""
+
+    def score(self, answer: str, row: dict[str, Any]) -> Verdict:
+        """Grade ``answer`` (the final answer, reasoning stripped) against ``row``."""
+        raise NotImplementedError
+
+    def verify(self, response: str, row: dict[str, Any]) -> Verdict:
+        """Grade ``response`` (raw model output) against ``row``.
+
+        Raises:
+            ValueError: the row's spec is invalid (see :meth:`check`).
+        """
+        self.check(row)
+        answer = final_answer(response)
+        if answer is None:
+            return fail("unclosed <think> block: no final answer")
+        return self.score(answer, row)
+
+
+_REGISTRY: dict[str, Verifier] = {}
+
+
+def register_verifier(name: str) -> Callable[[type[Verifier]], type[Verifier]]:
+    """Class decorator: register an instance of the class under ``name`` (an ``agent_ref``).
+
+    Raises:
+        ValueError: ``name`` is already registered.
+    """
+    def deco(cls: type[Verifier]) -> type[Verifier]:
+        if name in _REGISTRY:
+            raise ValueError(f"verifier {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls()
+        return cls
+    return deco
+
+
+def get_verifier(agent_ref: str) -> Verifier:
+    """The verifier registered under ``agent_ref``.
+
+    Raises:
+        KeyError: listing the known names.
+    """
+    try:
+        return _REGISTRY[agent_ref]
+    except KeyError:
+        raise KeyError(f"no verifier {agent_ref!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def verify(response: str, row: dict[str, Any]) -> Verdict:
+    """Grade ``response`` with the verifier of ``row["agent_ref"]`` (in this process, no timeout:
+    use :func:`validators.verifiers.batch.verify_batch` for untrusted volume).
+
+    Raises:
+        KeyError: unknown ``agent_ref``.
+        ValueError: the row's verifier spec is invalid.
+    """
+    return get_verifier(row.get("agent_ref")).verify(response, row)
+
+
+def check_row(row: dict[str, Any]) -> None:
+    """Validate ``row``'s verifier spec (what RL-set builders call before a row is kept).
+
+    Raises:
+        ValueError: a clear message naming the row (unknown agent_ref, unknown instruction id,
+            unknown relation, missing tests, bad JSON schema...).
+    """
+    try:
+        verifier = get_verifier(row.get("agent_ref"))
+    except KeyError as exc:
+        raise ValueError(f"row {row.get('uuid')!r}: {exc.args[0]}") from None
+    verifier.check(row)

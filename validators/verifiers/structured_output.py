@@ -1,0 +1,65 @@
+"""Structured-output verifier (``agent_ref`` ``structured_output``): JSON Schema validation.
+
+ground_truth ``{"schema": <JSON Schema>}``; the schema is checked against its metaschema
+(``jsonschema.validators.validator_for(schema).check_schema``) when the row is built. The final
+answer must be one JSON value that validates (``jsonschema``; formats not asserted). Fenced blocks
+(``metadata.fenced``, default ``"allow"``): with ``"allow"`` an answer that is exactly one fenced
+block (```` ```json ... ``` ```` or ```` ``` ... ``` ````, surrounding whitespace ignored) is
+unwrapped first; with ``"reject"`` a fence is a format error (reward 0). Any text around the JSON
+fails either way. Binary reward.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, metadata, register_verifier
+
+FENCED = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\n(.*?)\n?```\s*\Z", re.S)
+FENCE_POLICIES = ("allow", "reject")
+
+
+def _validator(schema: Any):
+    from jsonschema.validators import validator_for
+
+    cls = validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+@register_verifier("structured_output")
+class StructuredOutputVerifier(Verifier):
+    """JSON Schema validation of the final answer (see the module doc)."""
+
+    def check(self, row: dict[str, Any]) -> None:
+        from jsonschema.exceptions import SchemaError
+
+        schema = ground_truth(row, "schema")["schema"]
+        if not isinstance(schema, (dict, bool)):
+            raise ValueError(f"row {row.get('uuid')!r}: ground_truth.schema must be a JSON Schema object")
+        try:
+            _validator(schema)
+        except SchemaError as exc:
+            raise ValueError(f"row {row.get('uuid')!r}: ground_truth.schema is not a valid JSON Schema: "
+                             f"{exc.message}") from None
+        policy = metadata(row).get("fenced", "allow")
+        if policy not in FENCE_POLICIES:
+            raise ValueError(f"row {row.get('uuid')!r}: metadata.fenced {policy!r} not in {FENCE_POLICIES}")
+
+    def score(self, answer: str, row: dict[str, Any]) -> Verdict:
+        policy = metadata(row).get("fenced", "allow")
+        fenced = FENCED.match(answer)
+        if fenced and policy == "reject":
+            return fail("fenced block where bare JSON is required")
+        text = fenced.group(1) if fenced else answer
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return fail(f"not a single JSON value: {exc.msg} at char {exc.pos}")
+        errors = sorted(_validator(ground_truth(row, "schema")["schema"]).iter_errors(value), key=lambda e: e.path)
+        if errors:
+            where = "/".join(map(str, errors[0].absolute_path)) or "<root>"
+            return fail(f"schema violation at {where}: {errors[0].message}", n_errors=len(errors))
+        return Verdict(1.0, True, "valid against the schema")
