@@ -1,125 +1,223 @@
-"""Benchmark decontamination by word n-gram overlap.
+"""Benchmark decontamination by hashed word n-gram overlap.
 
-A training row is contaminated when its user content (all user turns joined,
-normalized as in :mod:`curation.text`) shares a word n-gram with the text of
-any ``benchmark`` item: its ``metadata.question`` when the adapter wrapped it
-in an instruction template, else its user content. Words are ``\\w+`` runs of the normalized
-text, so re-casing, re-punctuation and line breaks inside a question do not
-hide it. Benchmark items shorter than ``n`` words fall back to an exact match
-of their whole word sequence.
+Index (built once per benchmark set, a DVC output): every word n-gram, for each
+n in ``decontaminate.ngrams`` (8 and 13 by default), of two fields of every
+``benchmark`` row: ``question`` (:func:`curation.text.item_text`: the item's own
+text without our instruction template) and ``answer`` (``ground_truth.answer``,
+else ``metadata.canonical_solution``). Questions shorter than the largest n are
+also indexed by the hash of their whole token sequence (exact-match fallback);
+shorter answers ("B", "42") are not, as they identify no item.
 
-N-grams that occur in more than ``max_train_doc_freq`` training rows are
-treated as boilerplate of the training corpus (chat formulas such as "please
-answer the following question...") and do not count; how many were ignored is
-reported. This follows the common n-gram decontamination practice (GPT-3
-appendix C; 13-gram default) with the boilerplate guard that chat data needs.
+Matching: the item text of each training row (all user turns joined, or
+``metadata.question``), tokenized as in :mod:`curation.ngrams` (NFKC, lowercase,
+punctuation and line breaks ignored), is hashed window by window for every n and
+looked up exhaustively in the index; a row whose whole token sequence equals a
+short question matches too. This is the GPT-3 practice (Brown et al. 2020,
+appendix C; 13-grams) with an 8-gram level as in Llama 2's contamination study.
 
-Only the benchmark side materializes n-gram strings (for the report); the
-training side is hashed: each word gets a 64-bit hash and an n-gram is the
-polynomial combination ``sum_j h(w_{i+j}) * P^(n-1-j) mod 2^64`` of its words'
-hashes, computed with column shifts over the exploded words, one chunk of
-rows at a time so memory stays bounded.
+Short n-grams such as 8 also occur in unrelated text ("1 2 3 4 5 6 7 8", "what
+is the probability that exactly two of"), so per n a row must share at least a
+fraction ``min_coverage`` of an item's n-grams (0: any one, the 13-gram rule).
+
+Boilerplate guard: an n-gram shared by more than ``max_train_doc_freq`` training
+rows is a formula of the training corpus ("please answer the following question
+...") and does not count (counted in the stats). Removing contaminated rows
+lowers those frequencies, so detection repeats on the remaining rows until a pass
+finds nothing: running detection again on the output finds 0 by construction.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from curation.text import normalize, user_text
+from curation.io import write_json, write_parquet
+from curation.ngrams import TOKENIZER, sequence_hashes, tokenize, window_hashes
+from curation.text import item_text
 
-_P = 1_099_511_628_211  # FNV-64 prime: odd, so the combination is a bijection per position
 CHUNK_ROWS = 2_000
 
 
-def benchmark_text() -> pl.Expr:
-    """What a benchmark item is matched by: its own text (``metadata.question``, set by
-    adapters that wrap the item in an instruction template) or else its user turns."""
-    return pl.coalesce(pl.col("metadata").str.json_path_match("$.question"), user_text("rl"))
+def benchmark_fields(bench: pl.DataFrame) -> pl.DataFrame:
+    """``benchmark_uuid``, ``benchmark`` (source), ``field`` (question | answer), ``text``: one row
+    per non-empty field of each benchmark row, sorted."""
+    answer = pl.coalesce(pl.col("ground_truth").str.json_path_match("$.answer"),
+                         pl.col("metadata").str.json_path_match("$.canonical_solution"))
+    base = bench.select(pl.col("uuid").alias("benchmark_uuid"), pl.col("source").alias("benchmark"),
+                        item_text("rl").alias("question"), answer.alias("answer"))
+    return (base.unpivot(["question", "answer"], index=["benchmark_uuid", "benchmark"],
+                         variable_name="field", value_name="text")
+            .filter(pl.col("text").str.strip_chars() != "").sort("benchmark", "benchmark_uuid", "field"))
 
 
-def words(text: pl.Expr) -> pl.Expr:
-    """The ``\\w+`` words of the normalized ``text``, as a list."""
-    return normalize(text).str.extract_all(r"\w+")
+@dataclass
+class NgramIndex:
+    """Hashed n-gram index of the benchmark fields.
 
-
-def ngram_hashes(df: pl.DataFrame, text: pl.Expr, n: int, with_text: bool = False) -> pl.DataFrame:
-    """Distinct word n-grams of ``text`` per row: columns ``uuid``, ``h`` (u64) [, ``ngram`` (str)].
-
-    Rows with fewer than ``n`` words contribute none.
+    Attributes:
+        items: :func:`benchmark_fields` frame with an ``item`` (int64) row number.
+        grams: ``n`` (u8), ``h`` (u64 n-gram hash), ``item``, ``pos`` (token position, i32); sorted.
+        exact: ``key`` (u64 whole-sequence hash), ``item``: questions shorter than ``max(ngrams)`` tokens.
+        meta: ``ngrams``, ``tokenizer``, items per benchmark.
     """
-    words_ = (df.select("uuid", words(text).alias("w"))
-             .with_columns(pl.col("w").list.len().alias("n_words"))
-             .filter(pl.col("n_words") >= n)
-             .explode("w")
-             .with_columns(pl.int_range(pl.len()).over("uuid").alias("pos"),
-                           pl.col("w").hash(seed=0).alias("wh")))
-    h = pl.lit(0, dtype=pl.UInt64)
-    for j in range(n):  # wrapping u64 arithmetic
-        h = h + pl.col("wh").shift(-j) * pl.lit(pow(_P, n - 1 - j, 1 << 64), dtype=pl.UInt64)
-    cols = [h.alias("h")]
-    if with_text:
-        cols.append(pl.concat_str([pl.col("w").shift(-j) for j in range(n)], separator=" ").alias("ngram"))
-    # shift before filtering: the window of a kept position must see the unfiltered words
-    grams = (words_.with_columns(cols).filter(pl.col("pos") + n <= pl.col("n_words"))
-             .select("uuid", *[c.meta.output_name() for c in cols]))
-    return grams.unique(subset=["uuid", "h"], maintain_order=True)
+
+    items: pl.DataFrame
+    grams: pl.DataFrame
+    exact: pl.DataFrame
+    meta: dict[str, Any]
 
 
-def short_items(df: pl.DataFrame, text: pl.Expr, n: int) -> pl.DataFrame:
-    """Rows whose ``text`` has fewer than ``n`` words: ``uuid``, ``text`` (the words, space-joined)."""
-    t = df.select("uuid", words(text).list.join(" ").alias("text"))
-    return t.filter((pl.col("text").str.count_matches(" ") + 1 < n) & (pl.col("text") != ""))
+def build_index(bench: pl.DataFrame, ngrams: list[int]) -> NgramIndex:
+    """Index every benchmark row of ``bench`` (RL schema) for the word n-gram lengths ``ngrams``."""
+    ngrams = sorted({int(n) for n in ngrams})
+    items = benchmark_fields(bench).with_row_index("item").with_columns(pl.col("item").cast(pl.Int64))
+    tok = tokenize(items["text"])
+    grams = []
+    for n in ngrams:
+        h, doc, pos = window_hashes(tok, n)
+        grams.append(pl.DataFrame({"n": np.full(len(h), n, np.uint8), "h": h, "item": doc, "pos": pos.astype(np.int32)}))
+    short = (tok.counts < max(ngrams)) & (tok.counts > 0) & (items["field"] == "question").to_numpy()
+    exact = pl.DataFrame({"key": sequence_hashes(tok)[short], "item": np.flatnonzero(short).astype(np.int64)})
+    per = items.group_by("benchmark").agg(pl.col("benchmark_uuid").n_unique()).sort("benchmark")
+    meta = {"ngrams": ngrams, "tokenizer": TOKENIZER,
+            "benchmark_items": dict(zip(per["benchmark"], per["benchmark_uuid"], strict=True)),
+            "indexed_ngrams": {str(g["n"][0]): len(g) for g in grams if len(g)}}
+    return NgramIndex(items, pl.concat(grams).unique(maintain_order=True).sort("n", "h", "item", "pos"), exact, meta)
 
 
-def find_contamination(train: pl.DataFrame, kind: str, benchmarks: pl.DataFrame, n: int,
-                       max_train_doc_freq: int) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Match ``train`` rows (schema ``kind``) against ``benchmarks`` (RL rows).
+def write_index(index: NgramIndex, root: str | Path) -> None:
+    """Write the index as ``items``/``grams``/``exact`` parquet files and ``meta.json`` under ``root``."""
+    root = Path(root)
+    for name in ("items", "grams", "exact"):
+        write_parquet(getattr(index, name), root / f"{name}.parquet")
+    write_json(index.meta, root / "meta.json")
 
-    Returns (matches, stats): ``matches`` has one row per contaminated training
-    row: ``uuid``, ``benchmark`` (source), ``benchmark_uuid``, ``how``
-    (``"13-gram"`` or ``"exact"``), ``match`` (the n-gram or the whole text).
-    ``stats`` counts ignored boilerplate n-grams.
+
+def read_index(root: str | Path, ngrams: list[int]) -> NgramIndex:
+    """Read an index written by :func:`write_index`.
+
+    Raises:
+        FileNotFoundError: the index is missing (run ``cascade decontam_index``).
+        ValueError: it was built with other n-gram lengths or another tokenizer.
     """
-    bench_grams = ngram_hashes(benchmarks, benchmark_text(), n, with_text=True).rename({"uuid": "benchmark_uuid"})
-    bench_set = bench_grams["h"].unique().implode()
-    train_text = user_text(kind)
-    hits = pl.concat([ngram_hashes(train.slice(i, CHUNK_ROWS), train_text, n).filter(pl.col("h").is_in(bench_set))
-                      for i in range(0, max(len(train), 1), CHUNK_ROWS)])
-    doc_freq = hits.group_by("h").agg(pl.col("uuid").n_unique().alias("df"))
-    boiler = doc_freq.filter(pl.col("df") > max_train_doc_freq)["h"]
-    gram_hits = (hits.filter(~pl.col("h").is_in(boiler.implode()))
-                 .join(bench_grams, on="h", how="inner")
-                 .select("uuid", "benchmark_uuid", pl.lit(f"{n}-gram").alias("how"), pl.col("ngram").alias("match")))
-
-    short = short_items(benchmarks, benchmark_text(), n).rename({"uuid": "benchmark_uuid"})
-    full = train.select("uuid", words(train_text).list.join(" ").alias("text"))
-    exact_hits = full.join(short, on="text", how="inner").select(
-        "uuid", "benchmark_uuid", pl.lit("exact").alias("how"), pl.col("text").alias("match"))
-
-    src = benchmarks.select(pl.col("uuid").alias("benchmark_uuid"), pl.col("source").alias("benchmark"))
-    matches = (pl.concat([gram_hits, exact_hits])
-               .join(src, on="benchmark_uuid", how="left")
-               .sort("uuid", "benchmark", "benchmark_uuid", "match")
-               .unique("uuid", keep="first", maintain_order=True))
-    return matches, {"boilerplate_ngrams_ignored": boiler.len()}
+    root = Path(root)
+    if not (root / "meta.json").exists():
+        raise FileNotFoundError(f"missing n-gram index {root}: run `cascade decontam_index` (dvc repro)")
+    meta = json.loads((root / "meta.json").read_text())
+    want = {"ngrams": sorted({int(n) for n in ngrams}), "tokenizer": TOKENIZER}
+    got = {k: meta.get(k) for k in want}
+    if got != want:
+        raise ValueError(f"n-gram index {root} was built with {got}, params ask for {want}: rebuild it")
+    return NgramIndex(*(pl.read_parquet(root / f"{n}.parquet") for n in ("items", "grams", "exact")), meta)
 
 
-def decontaminate(train: pl.DataFrame, kind: str, benchmarks: pl.DataFrame, n: int,
-                  max_train_doc_freq: int) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    """Split ``train`` into (clean, contaminated-with-reason, stats).
+def _train_hits(train: pl.DataFrame, kind: str, index: NgramIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """All index hits of the training rows: n-gram hits (``row``, ``n``, ``h``) and exact
+    hits (``row``, ``item``); ``row`` is the row number in ``train``."""
+    by_n = {int(n): g["h"].unique().sort().to_numpy() for (n,), g in index.grams.group_by("n")}
+    exact_keys = index.exact["key"].to_numpy()
+    hits, exact = [], []
+    for start in range(0, len(train), CHUNK_ROWS):
+        chunk = train.slice(start, CHUNK_ROWS)
+        tok = tokenize(chunk.select(item_text(kind).alias("t"))["t"])
+        for n, keys in by_n.items():
+            h, doc, _ = window_hashes(tok, n)
+            found = keys[np.minimum(np.searchsorted(keys, h), len(keys) - 1)] == h
+            hits.append(pl.DataFrame({"row": doc[found] + start, "n": np.full(int(found.sum()), n, np.uint8), "h": h[found]}))
+        seq = sequence_hashes(tok)
+        hit = np.isin(seq, exact_keys) & (tok.counts > 0)
+        exact.append(pl.DataFrame({"row": np.flatnonzero(hit).astype(np.int64) + start, "key": seq[hit]}))
+    empty = pl.DataFrame(schema={"row": pl.Int64, "n": pl.UInt8, "h": pl.UInt64})
+    hits_f = pl.concat([empty, *[h.cast(empty.schema) for h in hits]]).unique()
+    exact_f = pl.concat([pl.DataFrame(schema={"row": pl.Int64, "key": pl.UInt64}), *exact])
+    return hits_f, exact_f.join(index.exact, on="key").select("row", "item")
 
-    ``stats["contaminated_by_benchmark"]`` counts contaminated training rows per
-    benchmark source (a row is counted once, under the first benchmark matched).
+
+def find_contamination(train: pl.DataFrame, kind: str, index: NgramIndex, max_train_doc_freq: int,
+                       min_coverage: dict[int, float] | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Contaminated rows of ``train`` (schema ``kind``).
+
+    A row is contaminated by a benchmark item when it shares, for some n, at least
+    ``max(1, ceil(min_coverage[n] * m))`` of the item's ``m`` distinct n-grams
+    (boilerplate n-grams excluded), or equals a short question exactly. ``min_coverage``
+    defaults to 0 (any one n-gram, the GPT-3 rule); short n such as 8 need a
+    coverage (e.g. 0.5), else generic phrases ("what is the probability that exactly
+    two of") count.
+
+    Returns (matches, stats): ``matches`` has one row per contaminated training row,
+    sorted by uuid: ``uuid``, ``benchmark``, ``benchmark_uuid``, ``field``, ``how``
+    (``"13-gram"`` ... or ``"exact"``), ``match`` (the first shared n-gram's tokens or
+    the whole question). When a row matches several items, the longest n wins, then
+    the smallest (benchmark, benchmark_uuid, field). ``stats``: ``passes``,
+    ``boilerplate_ngrams_ignored`` per n (in the final pass).
     """
-    matches, stats = find_contamination(train, kind, benchmarks, n, max_train_doc_freq)
-    bad = matches.with_columns(
-        pl.format("contaminated: {} item {} {} '{}'", "benchmark", "benchmark_uuid",
-                  "how", pl.col("match").str.slice(0, 200)).alias("reason"))
+    cov = pl.DataFrame({"n": list((min_coverage or {}).keys()), "cov": list((min_coverage or {}).values())},
+                       schema={"n": pl.UInt8, "cov": pl.Float64})
+    need = (index.grams.group_by("n", "item").agg(pl.col("h").n_unique().alias("m"))
+            .join(cov, on="n", how="left").with_columns(pl.col("cov").fill_null(0.0))
+            .select("n", "item", pl.max_horizontal(pl.lit(1), (pl.col("cov") * pl.col("m")).ceil()).alias("need")))
+    hits, exact = _train_hits(train, kind, index)
+    removed = pl.Series("row", [], dtype=pl.Int64)
+    found: list[pl.DataFrame] = []
+    passes = 0
+    while True:
+        passes += 1
+        live = hits.filter(~pl.col("row").is_in(removed.implode()))
+        freq = live.group_by("n", "h").agg(pl.col("row").n_unique().alias("df"))
+        boiler = freq.filter(pl.col("df") > max_train_doc_freq)
+        shared = (live.join(boiler, on=["n", "h"], how="anti").join(index.grams, on=["n", "h"])
+                  .group_by("row", "n", "item").agg(pl.len().alias("k"), pl.col("pos").min())
+                  .join(need, on=["n", "item"]).filter(pl.col("k") >= pl.col("need")))
+        new = shared["row"].append(exact.filter(~pl.col("row").is_in(removed.implode()))["row"]).unique()
+        if new.is_empty():
+            break
+        removed = removed.append(new)
+        found.append(shared)
+    gram_hits = pl.concat([shared, *found]).with_columns(pl.format("{}-gram", "n").alias("how"))
+    exact_hits = exact.filter(pl.col("row").is_in(removed.implode())).with_columns(
+        pl.lit(0, pl.UInt8).alias("n"), pl.lit(0, pl.Int32).alias("pos"), pl.lit("exact").alias("how"))
+    cols = ["row", "item", "n", "pos", "how"]
+    best = (pl.concat([gram_hits.select(cols), exact_hits.select(cols)])
+            .join(index.items.select("item", "benchmark", "benchmark_uuid", "field", "text"), on="item")
+            .sort(pl.col("n"), "benchmark", "benchmark_uuid", "field", "pos",
+                  descending=[True, False, False, False, False])
+            .group_by("row", maintain_order=True).first())
+    best = best.with_columns(pl.Series("match", _match_texts(best), dtype=pl.Utf8),
+                             train["uuid"].gather(best["row"]).alias("uuid"))
+    stats = {"passes": passes, "boilerplate_ngrams_ignored": {
+        f"{n}-gram": int((boiler["n"] == n).sum()) for n in index.meta["ngrams"]}}
+    matches = best.select("uuid", "benchmark", "benchmark_uuid", "field", "how", "match").sort("uuid")
+    return matches, stats
+
+
+def _match_texts(best: pl.DataFrame) -> list[str]:
+    """The matched tokens of each chosen hit (the whole item text for exact hits)."""
+    if best.is_empty():
+        return []
+    tok = tokenize(best["text"])
+    return [tok.text(d, pos, n if n else int(tok.counts[d]))
+            for d, (n, pos) in enumerate(zip(best["n"].to_list(), best["pos"].to_list(), strict=True))]
+
+
+def decontaminate(train: pl.DataFrame, kind: str, index: NgramIndex, max_train_doc_freq: int,
+                  min_coverage: dict[int, float] | None = None
+                  ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """Split ``train`` into (clean, contaminated-with-reason, matches, stats).
+
+    ``reason`` is ``contaminated: <benchmark> item <uuid> <field> <how> '<match>'``;
+    ``matches`` is :func:`find_contamination`'s frame; ``stats["contaminated_by_benchmark"]``
+    counts rows per benchmark (each row once, under its reported match).
+    """
+    matches, stats = find_contamination(train, kind, index, max_train_doc_freq, min_coverage)
+    bad = matches.with_columns(pl.format("contaminated: {} item {} {} {} '{}'", "benchmark", "benchmark_uuid", "field",
+                                         "how", pl.col("match").str.slice(0, 200)).alias("reason"))
     dirty = train.join(bad.select("uuid", "reason"), on="uuid", how="inner", maintain_order="left")
     clean = train.join(bad.select("uuid"), on="uuid", how="anti", maintain_order="left")
     per = matches.group_by("benchmark").len().sort("benchmark")
     stats["contaminated_by_benchmark"] = dict(zip(per["benchmark"], per["len"], strict=True))
-    stats["contaminated_uuids"] = sorted(matches["uuid"].to_list())
-    return clean, dirty, stats
+    return clean, dirty, matches, stats

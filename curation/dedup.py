@@ -1,18 +1,35 @@
-"""Exact deduplication on the normalized row text.
+"""Deduplication step: exact duplicates, then near-duplicates (:mod:`curation.minhash`).
 
-Two rows are duplicates when the md5 of their normalized text (see
+Exact: two rows are duplicates when the md5 of their normalized text (see
 :mod:`curation.text`) is equal. The first row in the table's stable order
 (registry order of sources, then source order) is kept; every other copy is
 rejected with reason ``exact_duplicate: of <kept uuid>``.
+
+Near: MinHash LSH with exact Jaccard verification over the whole row text
+(SFT: the conversation; RL: the prompt) within the ``scope`` (``within_domain``
+or ``across_domains``); optionally (``rl_vs_sft``) RL prompts that near-duplicate
+an SFT row's user turns are removed as well. Rows of ``exempt_sources`` (seeded
+generators whose distinct problems share a long instruction template) get exact
+dedup only. :func:`run_dedup` streams the
+parquet row groups, so memory holds per-row hashes and signatures, not tables.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 
-from curation.text import md5_hex, normalize, row_text
+from corpora.schema import SCHEMAS
+from curation.io import Rejects, atomic_path, finish_step, write_parquet
+from curation.minhash import MinHashConfig, cross_dedup, near_dedup
+from curation.text import md5_hex, normalize, row_text, user_text
+
+KINDS = ("sft", "rl")
 
 
 def text_hashes(df: pl.DataFrame, kind: str, normalized: bool = True) -> pl.Series:
@@ -21,24 +38,126 @@ def text_hashes(df: pl.DataFrame, kind: str, normalized: bool = True) -> pl.Seri
     return md5_hex(df.select((normalize(text) if normalized else text).alias("t"))["t"])
 
 
+def exact_duplicates(keys: pl.DataFrame) -> pl.DataFrame:
+    """Rows of ``keys`` (``uuid``, ``h``, in table order) whose ``h`` occurred before:
+    ``uuid`` and ``reason`` (``exact_duplicate: of <first uuid>``)."""
+    first = keys["h"].is_first_distinct()
+    kept = keys.filter(first).select("h", pl.col("uuid").alias("kept"))
+    return (keys.filter(~first).join(kept, on="h", how="left", maintain_order="left")
+            .select("uuid", ("exact_duplicate: of " + pl.col("kept")).alias("reason")))
+
+
 def exact_dedup(df: pl.DataFrame, kind: str, normalized: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split ``df`` into (kept, duplicates); ``duplicates`` has a ``reason`` column.
 
     ``kept`` keeps the input order and gains nothing; ``kept + duplicates``
     hold every input row exactly once.
     """
-    h = text_hashes(df, kind, normalized)
-    first = h.is_first_distinct()
-    kept_uuid = (pl.DataFrame({"h": h, "uuid": df["uuid"]}).filter(first)
-                 .select("h", pl.col("uuid").alias("kept")))
-    dupes = (df.with_columns(h.alias("_h")).filter(~first)
-             .join(kept_uuid, left_on="_h", right_on="h", how="left", maintain_order="left")
-             .with_columns(("exact_duplicate: of " + pl.col("kept")).alias("reason"))
-             .drop("_h", "kept"))
-    return df.filter(first), dupes
+    dupes = exact_duplicates(pl.DataFrame({"uuid": df["uuid"], "h": text_hashes(df, kind, normalized)}))
+    return (df.join(dupes, on="uuid", how="anti", maintain_order="left"),
+            df.join(dupes, on="uuid", how="inner", maintain_order="left"))
 
 
-def dedup_stats(kept: pl.DataFrame, dupes: pl.DataFrame) -> dict[str, Any]:
-    """Duplicates removed per source."""
-    by_source = dupes.group_by("source").len().sort("source")
-    return {"duplicates_by_source": dict(zip(by_source["source"], by_source["len"], strict=True))}
+def _stream(path: Path, rows: int, skip: pl.Series | None = None) -> Iterator[pl.DataFrame]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
+        frame = pl.from_arrow(batch)
+        yield frame if skip is None else frame.filter(~pl.col("uuid").is_in(skip.implode()))
+
+
+def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: Path,
+              signatures: Path, root: Path = Path(".")) -> dict[str, Any]:
+    """The ``dedup`` step over ``src/{sft,rl}.parquet``: writes ``out/{kind}.parquet``, the
+    MinHash signatures ``signatures/{kind}.parquet`` (settings in the parquet metadata
+    key ``minhash``), ``metrics/dedup.json`` and ``rejects/dedup.parquet``.
+
+    ``priority`` maps a source name to its registry position (lower survives).
+    Raises :class:`curation.minhash.DedupAlarm` when an alarm fires with ``on_alarm: fail``.
+    """
+    p, near = params["dedup"], params["dedup"].get("near") or {}
+    cfg = MinHashConfig.from_params(near)
+    rows = cfg.batch_rows
+    if near.get("scope", "within_domain") not in ("within_domain", "across_domains"):
+        raise ValueError(f"dedup.near.scope must be within_domain or across_domains, got {near['scope']!r}")
+    removed: dict[str, pl.DataFrame] = {}
+    stats: dict[str, Any] = {}
+    for kind in KINDS:
+        path = src / f"{kind}.parquet"
+        keys = pl.concat([f.select("uuid", text_hashes(f, kind, p["normalize"]).alias("h"))
+                          for f in _stream(path, rows)] or [pl.DataFrame(schema={"uuid": pl.Utf8, "h": pl.Utf8})])
+        exact = exact_duplicates(keys)
+        parts = [exact]
+        stats[kind] = {"rows_in": len(keys), "exact_duplicates": len(exact)}
+        if near.get("enabled", True):
+            exempt = pl.concat([f.filter(pl.col("source").is_in(near.get("exempt_sources") or []))["uuid"]
+                                for f in _stream(path, rows)] or [pl.Series("uuid", [], pl.Utf8)])
+            skip = exact["uuid"].append(exempt)
+            meta = pl.concat([f.select("uuid", "source", "domain") for f in _stream(path, rows, skip)]
+                             or [pl.DataFrame(schema={"uuid": pl.Utf8, "source": pl.Utf8, "domain": pl.Utf8})])
+            meta = meta.with_columns(
+                (pl.col("domain") if near.get("scope", "within_domain") == "within_domain"
+                 else pl.lit("all")).alias("group"),
+                pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
+            batches = lambda path=path, skip=skip, kind=kind: (
+                f.select("uuid", row_text(kind).alias("text")) for f in _stream(path, rows, skip))
+            near_removed, sig, st = near_dedup(batches, meta, cfg, near.get("alarms") or _NO_ALARMS, kind)
+            parts.append(near_removed.select("uuid", "reason"))
+            stats[kind]["near"] = st
+            table = sig.to_frame().to_arrow()
+            write_parquet(table.replace_schema_metadata({"minhash": json.dumps(sig.settings)}),
+                          signatures / f"{kind}.parquet")
+        removed[kind] = pl.concat(parts)
+    if near.get("enabled", True) and near.get("rl_vs_sft", False):
+        rl_removed, st = _rl_vs_sft(src, removed, cfg, rows)
+        removed["rl"] = pl.concat([removed["rl"], rl_removed.select("uuid", "reason")])
+        stats["rl_vs_sft"] = st
+    rejects, rows_in, rows_out = Rejects("dedup"), 0, 0
+    for kind in KINDS:
+        n_in, n_out = _write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, removed[kind], rejects, rows)
+        rows_in, rows_out = rows_in + n_in, rows_out + n_out
+        by_source = rejects_by_source(rejects, removed[kind])
+        stats[kind].update(rows_out=n_out, duplicates_by_source=by_source)
+    return finish_step("dedup", rows_in, rows_out, rejects, root=root, per_table=stats,
+                       minhash=cfg.settings() if near.get("enabled", True) else None)
+
+
+_NO_ALARMS = {"max_cluster_size": float("inf"), "max_source_loss": 1.0, "on_alarm": "warn"}
+
+
+def _rl_vs_sft(src: Path, removed: dict[str, pl.DataFrame], cfg: MinHashConfig, rows: int):
+    def side(kind: str):
+        path = src / f"{kind}.parquet"
+        meta = pl.concat([f.select("uuid", "source") for f in _stream(path, rows, removed[kind]["uuid"])])
+        return (lambda: (f.select("uuid", user_text(kind).alias("text"))
+                         for f in _stream(path, rows, removed[kind]["uuid"]))), meta
+
+    (sft, sft_meta), (rl, rl_meta) = side("sft"), side("rl")
+    return cross_dedup(sft, sft_meta, rl, rl_meta, cfg, "rl prompt vs sft prompt")
+
+
+def _write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, rejects: Rejects,
+                rows: int) -> tuple[int, int]:
+    """Stream ``path`` into ``dest`` without the ``removed`` rows, which go to ``rejects``."""
+    n_in = n_out = 0
+    schema = SCHEMAS[kind]
+    with atomic_path(dest) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        for frame in _stream(path, rows):
+            n_in += len(frame)
+            gone = frame.join(removed, on="uuid", how="inner", maintain_order="left")
+            if len(gone):
+                rejects.extend_frame(gone)
+            kept = frame.join(removed, on="uuid", how="anti", maintain_order="left")
+            writer.write_table(kept.to_arrow().select(schema.names).cast(schema))
+            n_out += len(kept)
+    return n_in, n_out
+
+
+def rejects_by_source(rejects: Rejects, removed: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """Rows removed per source and kind of duplicate (``exact_duplicate`` / ``near_duplicate``)."""
+    ids = set(removed["uuid"].to_list())
+    out: dict[str, dict[str, int]] = {}
+    for r in rejects.rows:
+        if r["record_id"] in ids:
+            why = r["reason"].split(":")[0]
+            out.setdefault(r["source"], {}).setdefault(why, 0)
+            out[r["source"]][why] += 1
+    return {s: dict(sorted(v.items())) for s, v in sorted(out.items())}

@@ -49,7 +49,15 @@ def user_text(kind: str) -> pl.Expr:
     return _messages_text(messages_column(kind), ("user",))
 
 
+def item_text(kind: str) -> pl.Expr:
+    """The text that identifies a row's task for decontamination: ``metadata.question``
+    when an adapter wrapped the item in an instruction template (math, multiple
+    choice, code, synthesized IF constraints), else all user turns."""
+    return pl.coalesce(pl.col("metadata").str.json_path_match("$.question"), user_text(kind))
+
+
 def md5_hex(values: pl.Series, salt: str = "") -> pl.Series:
     """md5 hex digest of ``salt + value`` for each string (stable across runs and versions)."""
     frame = pl.DataFrame({"v": values.cast(pl.Utf8)}).select((pl.lit(salt) + pl.col("v")).alias("v"))
-    return duckdb.from_arrow(frame.to_arrow()).select("md5(v) AS h").pl()["h"].alias(values.name)
+    with duckdb.connect() as con:  # a private in-memory connection: safe from worker threads
+        return con.from_arrow(frame.to_arrow()).select("md5(v) AS h").pl()["h"].alias(values.name)

@@ -1,0 +1,398 @@
+"""Near-duplicate removal: MinHash LSH with exact Jaccard verification.
+
+1. Shingles: word n-grams (``ngram``, default 5) of the normalized text, hashed
+   by :mod:`curation.ngrams`; ``shingle: char`` uses character n-grams instead
+   (every character of the normalized text, a run of non-word characters read as ``_``).
+2. Signatures: datasketch's MinHash (``scheme`` affine32, its seeded permutations
+   ``a*fmix32(h)+b mod 2^32``; Broder 1997) computed with numpy over whole batches;
+   equal to ``datasketch.MinHash(...).update_batch`` on the same 32-bit hashes.
+3. LSH: ``bands`` x ``rows`` from the Jaccard ``threshold`` and ``num_perm`` by
+   datasketch's ``_optimal_param`` (the false-negative weight is high because
+   every candidate is verified); rows whose band keys collide are candidates.
+4. Every candidate pair is verified by the exact Jaccard of its shingle sets
+   (64-bit shingle hashes); only pairs with J >= threshold become edges.
+5. Clusters are the connected components of verified edges. Each keeps one
+   survivor, the member with the smallest key (source priority = registry order,
+   then longest text, then smallest uuid); removed = rows - clusters.
+
+Texts with fewer tokens than ``ngram`` have no shingle: they are matched by the
+md5 of their normalized text instead (an exact-match edge with J = 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import datasketch
+import numpy as np
+import polars as pl
+from datasketch.lsh import _optimal_param
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from tqdm import tqdm
+
+from curation.ngrams import TOKENIZER, Tokens, fmix64, tokenize, window_hashes
+from curation.text import normalize
+
+Batches = Callable[[], Iterable[pl.DataFrame]]
+"""A re-iterable stream of frames with at least ``uuid`` and ``text`` (Utf8) columns."""
+
+
+class DedupAlarm(RuntimeError):
+    """A near-dedup alarm fired (cluster too large, or a source lost too many rows)."""
+
+
+@dataclass(frozen=True)
+class MinHashConfig:
+    """Near-dedup settings (``params.yaml: dedup.near``).
+
+    ``threshold`` is the Jaccard similarity above which two texts are duplicates;
+    ``false_negative_weight`` weighs missed pairs against extra candidates when
+    choosing bands x rows (datasketch ``MinHashLSH`` weights, which sum to 1).
+    """
+
+    ngram: int = 5
+    shingle: str = "word"
+    num_perm: int = 128
+    threshold: float = 0.8
+    false_negative_weight: float = 0.95
+    seed: int = 1
+    scheme: str = "affine32"
+    batch_rows: int = 1000
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.shingle not in ("word", "char"):
+            raise ValueError(f"dedup.near.shingle must be 'word' or 'char', got {self.shingle!r}")
+        if self.scheme != "affine32":
+            raise ValueError(f"dedup.near.scheme: only 'affine32' is implemented, got {self.scheme!r}")
+        if not 0 < self.threshold <= 1 or self.ngram < 1 or self.num_perm < 1:
+            raise ValueError(f"dedup.near: need 0 < threshold <= 1, ngram >= 1, num_perm >= 1, got {self}")
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any]) -> MinHashConfig:
+        """Build from a params dict, ignoring keys that are not settings (scope, alarms)."""
+        return cls(**{k: p[k] for k in cls.__dataclass_fields__ if k in p})
+
+    @property
+    def bands_rows(self) -> tuple[int, int]:
+        """(bands, rows) minimizing datasketch's weighted false positive + negative areas."""
+        fn = self.false_negative_weight
+        return _optimal_param(self.threshold, self.num_perm, 1.0 - fn, fn)
+
+    def settings(self) -> dict[str, Any]:
+        """Everything a signature depends on; stored next to the signatures."""
+        bands, rows = self.bands_rows
+        return {"num_perm": self.num_perm, "bands": bands, "rows": rows, "seed": self.seed,
+                "scheme": self.scheme, "shingle": self.shingle, "ngram": self.ngram,
+                "threshold": self.threshold, "tokenizer": TOKENIZER,
+                "datasketch_version": datasketch.__version__}
+
+    def tag(self) -> str:
+        """Short name of the settings, e.g. ``5w_128p_16b8r_s1``."""
+        s = self.settings()
+        return f"{self.ngram}{self.shingle[0]}_{self.num_perm}p_{s['bands']}b{s['rows']}r_s{self.seed}"
+
+
+@dataclass
+class Signatures:
+    """MinHash signatures of ``len(uuids)`` texts: ``values`` uint32 ``[N, num_perm]`` (-1 = no shingle)."""
+
+    uuids: list[str]
+    values: np.ndarray
+    settings: dict[str, Any]
+
+    @classmethod
+    def concat(cls, parts: list[Signatures]) -> Signatures:
+        """Stack signatures; raises ValueError when their settings differ (mixing is meaningless)."""
+        if not parts:
+            raise ValueError("no signatures to concatenate")
+        for p in parts[1:]:
+            if p.settings != parts[0].settings:
+                diff = {k: (parts[0].settings.get(k), p.settings.get(k))
+                        for k in parts[0].settings.keys() | p.settings.keys()
+                        if parts[0].settings.get(k) != p.settings.get(k)}
+                raise ValueError(f"refusing to mix MinHash signatures made with different settings: {diff}")
+        return cls([u for p in parts for u in p.uuids], np.concatenate([p.values for p in parts]),
+                   parts[0].settings)
+
+    def to_frame(self) -> pl.DataFrame:
+        """``uuid``, ``signature`` (list[u32]) frame; the settings go in the parquet metadata."""
+        return pl.DataFrame({"uuid": self.uuids, "signature": self.values}, schema_overrides={
+            "signature": pl.Array(pl.UInt32, self.values.shape[1])})
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def _tokens(texts: pl.Series, cfg: MinHashConfig) -> Tokens:
+    if cfg.shingle == "word":
+        return tokenize(texts)
+    # char: every character of the normalized text is a token, a run of non-word characters one '_'
+    chars = pl.DataFrame({"t": texts.fill_null("")}).select(
+        normalize(pl.col("t")).str.replace_all(r"\W+", "_").str.replace_all(r"(.)", "$1 ").alias("t"))["t"]
+    return tokenize(chars)
+
+
+def shingles(texts: pl.Series, cfg: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Shingle hashes of each text: (uint64 ``[S]``, int64 text offsets ``[D + 1]``), not deduplicated."""
+    tok = _tokens(texts, cfg)
+    h, doc, _ = window_hashes(tok, cfg.ngram)
+    return h, np.searchsorted(doc, np.arange(len(texts) + 1), side="left").astype(np.int64)
+
+
+def minhash(h: np.ndarray, offsets: np.ndarray, cfg: MinHashConfig) -> np.ndarray:
+    """Signatures uint32 ``[D, num_perm]`` of the shingle hash runs ``h[offsets[d]:offsets[d+1]]``.
+
+    The 32-bit input of a shingle is the top half of its 64-bit hash; texts without
+    shingles get all ``2^32 - 1``. Matches ``datasketch.MinHash(num_perm, seed,
+    scheme='affine32', hashfunc=identity).update_batch(h32)`` bit for bit.
+    """
+    a, b = datasketch.MinHash(num_perm=cfg.num_perm, seed=cfg.seed, scheme=cfg.scheme).permutations
+    sig = np.full((len(offsets) - 1, cfg.num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+    has = np.flatnonzero(np.diff(offsets) > 0)
+    if len(has) == 0:
+        return sig
+    x = _fmix32((h >> np.uint64(32)).astype(np.uint32))
+    buf = np.empty_like(x)
+    for k in range(cfg.num_perm):  # one contiguous pass per permutation: ~40x faster than [S, P] blocks
+        np.multiply(x, a[k], out=buf)
+        buf += b[k]
+        sig[has, k] = np.minimum.reduceat(buf, offsets[has])
+    return sig
+
+
+def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
+    """``map(fn, items)`` on ``workers`` threads, in order, with at most 2*workers items in flight."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        pending = []
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * workers:
+                yield pending.pop(0).result()
+        for fut in pending:
+            yield fut.result()
+
+
+def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None = None,
+                       desc: str = "minhash") -> tuple[Signatures, list[str | None], list[int]]:
+    """Pass 1 over ``batches``: signatures of every text, the md5 of the normalized text of
+    texts with no shingle (else None), and every text's length in characters. Runs
+    ``cfg.workers`` threads; the result does not depend on the number of workers."""
+    settings = cfg.settings()
+
+    def one(frame: pl.DataFrame) -> tuple[Signatures, list[str | None], list[int]]:
+        h, off = shingles(frame["text"], cfg)
+        short = np.diff(off) == 0
+        texts = frame.select(normalize(pl.col("text").fill_null("")))["text"].to_list()
+        return (Signatures(frame["uuid"].to_list(), minhash(h, off, cfg), settings),
+                [hashlib.md5(t.encode()).hexdigest() if s else None for t, s in zip(texts, short, strict=True)],
+                frame["text"].str.len_chars().fill_null(0).to_list())
+
+    parts: list[Signatures] = [Signatures([], np.zeros((0, cfg.num_perm), np.uint32), settings)]
+    short_keys: list[str | None] = []
+    lengths: list[int] = []
+    bar = tqdm(total=total, desc=desc, unit="rows", disable=None, file=sys.stderr)
+    for sig, keys, lens in _ordered_map(one, batches(), cfg.workers):
+        parts.append(sig)
+        short_keys.extend(keys)
+        lengths.extend(lens)
+        bar.update(len(sig.uuids))
+    bar.close()
+    return Signatures.concat(parts), short_keys, lengths
+
+
+def lsh_candidates(sig: Signatures, groups: np.ndarray) -> np.ndarray:
+    """Candidate pairs int64 ``[C, 2]`` (i < j, sorted, unique): rows of the same group whose
+    signature bands are equal in at least one band. Rows with no shingle are skipped."""
+    bands, rows = sig.settings["bands"], sig.settings["rows"]
+    values = sig.values.astype(np.uint64)
+    empty = (sig.values == np.iinfo(np.uint32).max).all(axis=1)
+    idx = np.flatnonzero(~empty)
+    mult = fmix64(np.arange(1, rows + 1, dtype=np.uint64))
+    frames = []
+    for band in range(bands):
+        key = fmix64((values[idx, band * rows:(band + 1) * rows] * mult).sum(axis=1) + np.uint64(band))
+        frames.append(pl.DataFrame({"g": groups[idx], "b": np.full(len(idx), band, np.int32), "k": key, "i": idx}))
+    keys = pl.concat(frames)
+    multi = keys.filter(pl.len().over("g", "b", "k") > 1)
+    pairs = (multi.join(multi, on=["g", "b", "k"], suffix="_j").filter(pl.col("i") < pl.col("i_j"))
+             .select("i", "i_j").unique().sort("i", "i_j"))
+    return pairs.to_numpy().astype(np.int64).reshape(-1, 2)
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard |A & B| / |A | B| of two sorted unique uint64 shingle sets (0 if both empty)."""
+    inter = len(np.intersect1d(a, b, assume_unique=True))
+    union = len(a) + len(b) - inter
+    return inter / union if union else 0.0
+
+
+def shingle_sets(batches: Batches, cfg: MinHashConfig, wanted: set[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Pass 2: sorted unique shingle sets and a text snippet of the rows in ``wanted``."""
+    sets: dict[str, np.ndarray] = {}
+    snippets: dict[str, str] = {}
+    for frame in batches():
+        frame = frame.filter(pl.col("uuid").is_in(list(wanted)))
+        if frame.is_empty():
+            continue
+        h, off = shingles(frame["text"], cfg)
+        for d, (u, t) in enumerate(zip(frame["uuid"], frame["text"], strict=True)):
+            sets[u] = np.unique(h[off[d]:off[d + 1]])
+            snippets[u] = (t or "")[:120].replace("\n", " ")
+    return sets, snippets
+
+
+def verify(pairs: np.ndarray, uuids: list[str], sets: dict[str, np.ndarray], threshold: float) -> pl.DataFrame:
+    """Exact Jaccard of every candidate pair: ``i``, ``j``, ``jaccard``, ``edge`` (J >= threshold)."""
+    js = [jaccard(sets[uuids[i]], sets[uuids[j]]) for i, j in pairs]
+    return pl.DataFrame({"i": pairs[:, 0], "j": pairs[:, 1], "jaccard": np.asarray(js, dtype=np.float64)},
+                        schema={"i": pl.Int64, "j": pl.Int64, "jaccard": pl.Float64}
+                        ).with_columns((pl.col("jaccard") >= threshold).alias("edge"))
+
+
+def exact_edges(short_keys: list[str | None], groups: np.ndarray) -> np.ndarray:
+    """Edges int64 ``[E, 2]`` joining each shingle-less text to the first text of its group
+    with the same normalized-text md5 (the short-text fallback)."""
+    f = pl.DataFrame({"k": short_keys, "g": groups, "i": np.arange(len(short_keys))},
+                     schema={"k": pl.Utf8, "g": pl.Utf8, "i": pl.Int64}).drop_nulls("k")
+    f = f.with_columns(pl.col("i").first().over("g", "k").alias("first")).filter(pl.col("i") != pl.col("first"))
+    return f.select("first", "i").to_numpy().astype(np.int64).reshape(-1, 2)
+
+
+def components(n: int, edges: np.ndarray) -> np.ndarray:
+    """Connected-component label int32 ``[n]`` of the undirected graph ``edges`` ``[E, 2]`` (scipy)."""
+    graph = coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
+def survivors(meta: pl.DataFrame, labels: np.ndarray) -> pl.DataFrame:
+    """One survivor per cluster: the smallest (``priority``, -``length``, ``uuid``).
+
+    ``meta`` has ``uuid``, ``priority`` (int), ``length`` (int, characters) in text order; returns
+    ``meta`` plus ``cluster`` (int) and ``survivor`` (uuid of the cluster's survivor).
+    """
+    m = meta.with_columns(pl.Series("cluster", labels, dtype=pl.Int64))
+    best = (m.sort("priority", pl.col("length"), "uuid", descending=[False, True, False])
+            .group_by("cluster", maintain_order=True).first().select("cluster", pl.col("uuid").alias("survivor")))
+    return m.join(best, on="cluster", how="left", maintain_order="left")
+
+
+def check_alarms(removed: pl.DataFrame, meta: pl.DataFrame, snippets: dict[str, str], alarms: dict[str, Any],
+                 label: str) -> list[str]:
+    """Alarm messages: clusters with more than ``max_cluster_size`` members (shown: uuids
+    and text), sources losing more than ``max_source_loss`` (a fraction) of their rows.
+    Raises DedupAlarm with the messages when ``on_alarm`` is ``fail``."""
+    out = []
+    sizes = meta.group_by("cluster").agg(pl.len().alias("n"), pl.col("uuid"), pl.col("survivor").first())
+    for row in sizes.filter(pl.col("n") > int(alarms["max_cluster_size"])).sort("n", descending=True).iter_rows(named=True):
+        shown = "\n    ".join(f"{u}: {snippets.get(u, '')!r}" for u in sorted(row["uuid"])[:8])
+        out.append(f"{label}: near-duplicate cluster of {row['n']} rows > max_cluster_size "
+                   f"{alarms['max_cluster_size']} (survivor {row['survivor']}):\n    {shown}")
+    per = (meta.group_by("source").len().join(removed.group_by("source").len().rename({"len": "lost"}),
+                                               on="source", how="left").fill_null(0).sort("source"))
+    for row in per.iter_rows(named=True):
+        if row["lost"] > float(alarms["max_source_loss"]) * row["len"]:
+            out.append(f"{label}: source {row['source']} loses {row['lost']}/{row['len']} rows to near-dedup "
+                       f"> max_source_loss {alarms['max_source_loss']}")
+    if out and alarms.get("on_alarm", "fail") == "fail":
+        raise DedupAlarm("near-dedup alarm (set dedup.near.alarms.on_alarm: warn to continue):\n" + "\n".join(out))
+    for msg in out:
+        print(f"WARNING {msg}", file=sys.stderr)
+    return out
+
+
+def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: dict[str, Any],
+               label: str = "rows") -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
+    """Near-duplicates of the texts streamed by ``batches``.
+
+    Args:
+        batches: re-iterable stream of frames with ``uuid`` and ``text``, read twice.
+        meta: one row per streamed text, same order: ``uuid``, ``source``, ``group`` (the
+            scope: texts of different groups are never compared), ``priority`` (int,
+            lower survives; then the longer text, then the smaller uuid).
+        alarms: ``max_cluster_size``, ``max_source_loss``, ``on_alarm`` (fail | warn).
+
+    Returns:
+        (removed, signatures, stats): ``removed`` has ``uuid``, ``source`` and ``reason``
+        (``near_duplicate: of <survivor> J=<exact Jaccard to it>``); ``stats`` counts
+        candidates, verified edges, clusters and removals.
+
+    Raises:
+        DedupAlarm: an alarm fired and ``on_alarm`` is ``fail``.
+    """
+    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), desc=f"minhash {label}")
+    if sig.uuids != meta["uuid"].to_list():
+        raise ValueError(f"{label}: batches and meta list different rows")
+    meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
+    groups = meta["group"].cast(pl.Utf8).to_numpy()
+    pairs = lsh_candidates(sig, groups)
+    short = exact_edges(short_keys, groups)
+    wanted = {sig.uuids[i] for i in np.unique(np.concatenate([pairs.ravel(), short.ravel()]))}
+    sets, snippets = shingle_sets(batches, cfg, wanted)
+    checked = verify(pairs, sig.uuids, sets, cfg.threshold)
+    edges = np.concatenate([checked.filter("edge").select("i", "j").to_numpy().reshape(-1, 2), short])
+    m = survivors(meta, components(len(meta), edges))
+    dup = m.filter(pl.col("uuid") != pl.col("survivor"))
+    js = [1.0 if len(sets.get(u, ())) == 0 else jaccard(sets[u], sets[s])
+          for u, s in zip(dup["uuid"], dup["survivor"], strict=True)]
+    removed = (dup.with_columns(pl.Series("j", js, dtype=pl.Float64).round(2))
+               .with_columns(pl.format("near_duplicate: of {} J={}", "survivor", "j").alias("reason"))
+               .select("uuid", "source", "reason"))
+    fired = check_alarms(removed, m, snippets, alarms, label)
+    n_clusters = m["cluster"].n_unique()
+    stats = {"settings": cfg.settings(), "rows": len(meta), "candidate_pairs": len(pairs),
+             "verified_edges": int(checked["edge"].sum()), "rejected_candidates": int((~checked["edge"]).sum()),
+             "short_text_edges": len(short), "clusters": n_clusters, "removed": len(removed),
+             "largest_cluster": int(m.group_by("cluster").len()["len"].max() or 0), "alarms": fired}
+    if len(removed) != len(meta) - n_clusters:
+        raise AssertionError(f"{label}: removed {len(removed)} != rows {len(meta)} - clusters {n_clusters}")
+    return removed, sig, stats
+
+
+def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta: pl.DataFrame,
+                cfg: MinHashConfig, label: str) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Query texts that near-duplicate a reference text (e.g. RL prompts vs SFT prompts).
+
+    Only reference-query pairs are compared and only query rows are removed: each
+    query row with a verified edge (or, without shingles, an equal normalized-text
+    md5: J = 1) gets ``near_duplicate: of <ref uuid> J=<J> (<label>)`` naming its
+    most similar reference row (ties: smallest uuid). ``*_meta`` have ``uuid`` and
+    ``source`` in stream order. Returns (removed, stats).
+    """
+    n_ref = len(ref_meta)
+    meta = pl.concat([ref_meta.select("uuid", "source"), query_meta.select("uuid", "source")])
+    both: Batches = lambda: (f for src in (ref, query) for f in src())
+    sig, short_keys, _ = compute_signatures(both, cfg, len(meta), desc=f"minhash {label}")
+    if sig.uuids != meta["uuid"].to_list():
+        raise ValueError(f"{label}: batches and meta list different rows")
+    pairs = lsh_candidates(sig, np.zeros(len(meta), dtype=np.int64))
+    pairs = pairs[(pairs[:, 0] < n_ref) & (pairs[:, 1] >= n_ref)]
+    sets, _ = shingle_sets(both, cfg, {sig.uuids[i] for i in np.unique(pairs)})
+    keys = pl.DataFrame({"k": short_keys, "i": np.arange(len(meta))}, schema={"k": pl.Utf8, "i": pl.Int64}).drop_nulls()
+    exact = (keys.filter(pl.col("i") >= n_ref).join(keys.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
+             .select(pl.col("i_ref").alias("i"), pl.col("i").alias("j"), pl.lit(1.0).alias("jaccard"), pl.lit(True).alias("edge")))
+    checked = pl.concat([verify(pairs, sig.uuids, sets, cfg.threshold), exact])
+    edges = checked.filter("edge")
+    ids = np.asarray(sig.uuids, dtype=object)
+    hits = (pl.DataFrame({"uuid": ids[edges["j"].to_numpy()].tolist(), "ref": ids[edges["i"].to_numpy()].tolist(),
+                          "jaccard": edges["jaccard"]}, schema={"uuid": pl.Utf8, "ref": pl.Utf8, "jaccard": pl.Float64})
+            .sort("uuid", "jaccard", "ref", descending=[False, True, False]).group_by("uuid", maintain_order=True).first())
+    removed = (hits.join(meta, on="uuid", how="left")
+               .with_columns(pl.format("near_duplicate: of {} J={} ({})", "ref", pl.col("jaccard").round(2),
+                                       pl.lit(label)).alias("reason")).select("uuid", "source", "reason"))
+    return removed, {"settings": cfg.settings(), "rows": len(meta), "candidate_pairs": len(pairs),
+                     "verified_edges": int(checked["edge"].sum()), "removed": len(removed)}

@@ -1,0 +1,215 @@
+import json
+import random
+
+import datasketch
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from curation.dedup import run_dedup
+from curation.minhash import (
+    DedupAlarm,
+    MinHashConfig,
+    Signatures,
+    components,
+    cross_dedup,
+    jaccard,
+    minhash,
+    near_dedup,
+    shingles,
+    verify,
+)
+from tests.rows import rl_table, sft_table
+
+WORDS = [f"w{i}" for i in range(5000)]
+NO_ALARM = {"max_cluster_size": 1000, "max_source_loss": 1.0, "on_alarm": "fail"}
+
+
+def _text(seed, n=80):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _edit(text, k, seed):
+    """Replace ``k`` words at distinct positions of ``text`` by fresh words of the same length."""
+    words = text.split()
+    for i, pos in enumerate(random.Random(seed).sample(range(len(words)), k)):
+        words[pos] = ("z" + f"{seed:03d}{i:03d}")[: len(words[pos])]
+    return " ".join(words)
+
+
+def _run(texts, cfg=None, alarms=NO_ALARM, sources=None, groups=None):
+    cfg = cfg or MinHashConfig()
+    frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
+    meta = frame.select("uuid", pl.Series("source", sources or ["s"] * len(texts)),
+                        pl.Series("group", groups or ["g"] * len(texts)),
+                        pl.Series("priority", [0] * len(texts)))
+    batches = lambda: (frame.slice(i, cfg.batch_rows) for i in range(0, len(frame), cfg.batch_rows))
+    return near_dedup(batches, meta, cfg, alarms)
+
+
+def _j(a, b, n=5):
+    cfg = MinHashConfig(ngram=n)
+    h, off = shingles(pl.Series([a, b]), cfg)
+    return jaccard(np.unique(h[off[0]:off[1]]), np.unique(h[off[1]:off[2]]))
+
+
+def test_signatures_equal_datasketch_bit_for_bit():
+    cfg = MinHashConfig()
+    h, off = shingles(pl.Series([_text(1), "too short", _text(2, 30)]), cfg)
+    sig = minhash(h, off, cfg)
+    for d in range(3):
+        m = datasketch.MinHash(num_perm=128, seed=1, scheme="affine32", hashfunc=lambda x: x)
+        m.update_batch([int(v) for v in h[off[d]:off[d + 1]] >> np.uint64(32)])
+        assert np.array_equal(m.hashvalues, sig[d])
+    assert (sig[1] == np.iinfo(np.uint32).max).all()  # no shingle: empty signature
+
+
+def test_bands_rows_come_from_threshold_and_are_recorded():
+    assert MinHashConfig().bands_rows == (16, 8)
+    assert MinHashConfig(false_negative_weight=0.5).bands_rows == (9, 13)  # datasketch's default weights
+    s = MinHashConfig().settings()
+    assert {k: s[k] for k in ("num_perm", "bands", "rows", "seed", "scheme")} == {
+        "num_perm": 128, "bands": 16, "rows": 8, "seed": 1, "scheme": "affine32"}
+    assert s["datasketch_version"] == datasketch.__version__ and MinHashConfig().tag() == "5w_128p_16b8r_s1"
+
+
+def test_mixing_signatures_of_different_settings_is_refused():
+    a = Signatures(["x"], np.zeros((1, 128), np.uint32), MinHashConfig().settings())
+    b = Signatures(["y"], np.zeros((1, 128), np.uint32), MinHashConfig(seed=2).settings())
+    assert len(Signatures.concat([a, a]).uuids) == 2
+    with pytest.raises(ValueError, match=r"different settings: \{'seed': \(1, 2\)\}"):
+        Signatures.concat([a, b])
+
+
+def test_removed_rows_and_survivors_are_identical_across_reruns_batches_and_workers():
+    texts = []
+    for base in range(6):
+        t = _text(base)
+        texts += [t, _edit(t, 1, base), _edit(t, 1, base + 100), _text(base + 1000)]
+    runs = [_run(texts, MinHashConfig(workers=w, batch_rows=b))[0] for w, b in ((1, 1000), (2, 3), (2, 5), (1, 7))]
+    assert all(r.equals(runs[0]) for r in runs[1:])
+    assert len(runs[0]) == 12  # each base keeps 1 of its 3 near-copies (J 0.88 to the base); the others stay
+    assert set(runs[0]["reason"].str.extract(r"of (u\d+)").to_list()) == {f"u{4 * b:02d}" for b in range(6)}
+
+
+def test_candidate_chain_merges_only_through_verified_edges():
+    a = np.arange(0, 100, dtype=np.uint64)
+    b = np.arange(10, 110, dtype=np.uint64)  # J(a, b) = 90/110 = 0.82
+    c = np.arange(20, 120, dtype=np.uint64)  # J(b, c) = 0.82, J(a, c) = 80/120 = 0.67
+    c_far = np.arange(40, 140, dtype=np.uint64)  # J(b, c_far) = 70/130 = 0.54
+    pairs = np.array([[0, 1], [1, 2], [0, 2]])
+    both = verify(pairs, ["a", "b", "c"], {"a": a, "b": b, "c": c}, 0.8)
+    assert both["edge"].to_list() == [True, True, False]
+    edges = both.filter("edge").select("i", "j").to_numpy()
+    assert components(3, edges).tolist() == [0, 0, 0]  # a and c merge through two verified edges
+    one = verify(pairs, ["a", "b", "c"], {"a": a, "b": b, "c": c_far}, 0.8)
+    assert one["edge"].to_list() == [True, False, False]
+    assert components(3, one.filter("edge").select("i", "j").to_numpy()).tolist() == [0, 0, 1]
+
+
+def test_near_duplicates_at_known_jaccard_and_reason_names_survivor():
+    base = _text(7)
+    near, far = _edit(base, 1, 1), _edit(base, 6, 2)
+    assert round(_j(base, near), 3) == round(71 / 81, 3)  # one word changes 5 shingles: 71 shared of 81
+    assert _j(base, far) < 0.8
+    removed, _, stats = _run([base, near, far])
+    assert removed["uuid"].to_list() == ["u01"]  # equal priority and length: smaller uuid survives
+    assert removed["reason"].to_list() == [f"near_duplicate: of u00 J={round(71 / 81, 2)}"]
+    assert stats["clusters"] == 2 and stats["removed"] == 3 - 2
+
+
+def test_survivor_is_first_by_priority_then_length_then_uuid():
+    base = _text(3)
+    longer = base + " extra"
+    frame_texts = [base, longer, _edit(base, 1, 9)]
+    cfg = MinHashConfig()
+    frame = pl.DataFrame({"uuid": ["a", "b", "c"], "text": frame_texts})
+    meta = pl.DataFrame({"uuid": ["a", "b", "c"], "source": "s", "group": "g", "priority": [1, 1, 0]})
+    removed, _, _ = near_dedup(lambda: [frame], meta, cfg, NO_ALARM)
+    assert sorted(removed["uuid"]) == ["a", "b"] and set(removed["reason"].str.slice(0, 22)) == {"near_duplicate: of c J"}
+    meta = meta.with_columns(pl.Series("priority", [0, 0, 0]))
+    removed, _, _ = near_dedup(lambda: [frame], meta, cfg, NO_ALARM)
+    assert sorted(removed["uuid"]) == ["a", "c"]  # the longest survives
+
+
+def test_texts_shorter_than_the_shingle_fall_back_to_exact_normalized_match():
+    removed, _, stats = _run(["Hi there!", "hi   THERE!", "hi there?", "Hello"])
+    assert removed["reason"].to_list() == ["near_duplicate: of u01 J=1.0"]  # case/space equal; longer survives
+    assert removed["uuid"].to_list() == ["u00"] and stats["short_text_edges"] == 1
+
+
+def test_unicode_cjk_cyrillic_and_table_rows_stay_distinct():
+    cjk = "小明有三个苹果他又买了五个苹果现在他一共有多少个苹果呢请你仔细算一算"
+    cyr = "Сколько будет два плюс два если считать очень внимательно и медленно сегодня"
+    table = "| name | score |\n|---|---|\n| alice | 91 |\n| bob | 78 |\n| carol | 85 |"
+    texts = [cjk, cjk.replace("苹果", "梨子"), cyr, cyr.replace("два", "три"), table, table.replace("91", "19"),
+             cjk + "。", cyr.upper()]
+    removed, _, _ = _run(texts)
+    # only the re-punctuated CJK copy (longer: it survives) and the upper-cased Cyrillic copy are duplicates
+    assert removed["uuid"].to_list() == ["u00", "u07"]
+    assert removed["reason"].to_list() == ["near_duplicate: of u06 J=1.0", "near_duplicate: of u02 J=1.0"]
+    assert _j(table, table.replace("91", "19")) < 0.8
+
+
+def test_scope_groups_are_never_compared():
+    t = _text(5)
+    removed, _, _ = _run([t, _edit(t, 1, 1)], groups=["math", "code"])
+    assert removed.is_empty()
+
+
+def test_alarm_fails_with_the_cluster_shown_or_warns():
+    t = _text(11)
+    texts = [t] + [_edit(t, 1, s) for s in range(1, 5)] + [_text(12)]
+    alarms = {"max_cluster_size": 3, "max_source_loss": 1.0, "on_alarm": "fail"}
+    with pytest.raises(DedupAlarm, match=r"cluster of 5 rows > max_cluster_size 3 \(survivor u00\)") as err:
+        _run(texts, alarms=alarms)
+    assert "u03: 'w" in str(err.value)  # members are listed with their text
+    removed, _, stats = _run(texts, alarms={**alarms, "on_alarm": "warn"})
+    assert len(removed) == 4 and len(stats["alarms"]) == 1
+    loss = {"max_cluster_size": 100, "max_source_loss": 0.5, "on_alarm": "fail"}
+    with pytest.raises(DedupAlarm, match="source a loses 4/5 rows"):
+        _run(texts, alarms=loss, sources=["a"] * 5 + ["b"])
+
+
+def test_rl_prompts_vs_sft_prompts_removes_only_rl_rows():
+    q, other = _text(21), _text(22)
+    sft = pl.DataFrame({"uuid": ["s0", "s1", "s2"], "text": [q, other, "short one"], "source": "sft"})
+    rl = pl.DataFrame({"uuid": ["r0", "r1", "r2"], "text": [_edit(q, 1, 3), _text(23), "Short  ONE"], "source": "rl"})
+    removed, _ = cross_dedup(lambda: [sft], sft, lambda: [rl], rl, MinHashConfig(), "rl vs sft")
+    assert removed["uuid"].to_list() == ["r0", "r2"]
+    assert removed["reason"].to_list() == [f"near_duplicate: of s0 J={round(71 / 81, 2)} (rl vs sft)",
+                                           "near_duplicate: of s2 J=1.0 (rl vs sft)"]
+
+
+def test_run_dedup_streams_files_and_counts_balance(tmp_path):
+    t = _text(31)
+    sft = sft_table([t, _edit(t, 1, 1), t.upper(), _text(32)], domain=["chat"] * 4)
+    rl = rl_table([_text(33), _edit(_text(33), 1, 2)], source="train")
+    src = tmp_path / "in"
+    src.mkdir()
+    sft.write_parquet(src / "sft.parquet", row_group_size=2)
+    rl.write_parquet(src / "rl.parquet")
+    params = {"dedup": {"normalize": True, "near": {"batch_rows": 3, "scope": "within_domain", "rl_vs_sft": True,
+                                                     "alarms": NO_ALARM}}}
+    m = run_dedup(params, {"train_src": 0, "train": 1}, src, tmp_path / "out", tmp_path / "sig", root=tmp_path)
+    assert (m["rows_in"], m["rows_out"], m["rejected_by_reason"]) == (6, 3, {"exact_duplicate": 1, "near_duplicate": 2})
+    assert pq.read_table(tmp_path / "out" / "sft.parquet")["uuid"].to_pylist() == ["s0", "s3"]
+    reasons = dict(zip(*pq.read_table(tmp_path / "rejects" / "dedup.parquet", columns=["record_id", "reason"]).to_pydict().values()))
+    assert reasons == {"s2": "exact_duplicate: of s0", "s1": f"near_duplicate: of s0 J={round(71 / 81, 2)}",
+                       "b1": f"near_duplicate: of b0 J={round(71 / 81, 2)}"}
+    meta = pq.read_schema(tmp_path / "sig" / "sft.parquet").metadata
+    assert json.loads(meta[b"minhash"])["bands"] == 16
+
+
+def test_exempt_sources_get_exact_dedup_only(tmp_path):
+    t = _text(41)
+    rl = rl_table([t, _edit(t, 1, 1), t], source="gen")
+    src = tmp_path / "in"
+    src.mkdir()
+    sft_table([_text(42)]).write_parquet(src / "sft.parquet")
+    rl.write_parquet(src / "rl.parquet")
+    params = {"dedup": {"normalize": True, "near": {"exempt_sources": ["gen"], "alarms": NO_ALARM}}}
+    m = run_dedup(params, {}, src, tmp_path / "out", tmp_path / "sig", root=tmp_path)
+    assert m["rejected_by_reason"] == {"exact_duplicate": 1}
