@@ -1,0 +1,221 @@
+"""GRPO step time against TRL's GRPOTrainer, and SFT throughput on packed vs padded rows.
+
+    python -m benchmarks.grpo [--steps 5] [--prompts 4] [--group 8] [--max-new-tokens 32] [--sft-rows 96]
+
+Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.parquet`` and TRL
+(``pip install -e .[bench]``). Prints two tables:
+
+1. one GRPO step (generate ``prompts x group`` responses of ``max-new-tokens`` tokens, reward,
+   advantages, one forward/backward, one AdamW step) with the same tiny Llama built from a config
+   (SmolLM2 tokenizer), same prompts, batch and lengths: ``stages.grpo.GRPOStage`` against
+   ``trl.GRPOTrainer`` (``use_vllm=False``, ``bf16=False``, ``beta=0``, one generation per step).
+   Both sample with HF ``generate``; dynamic filtering and truncation masking are off in ours so
+   both train on every response. Median seconds per step after one warm-up step.
+2. SFT forward+backward+AdamW over the same real SFT conversations (ChatML, SmolLM2 tokenizer,
+   assistant-only labels): packed into rows of ``--pack-length`` tokens (best-fit decreasing,
+   document-local causal mask) against batches of ``--batch`` conversations padded to their
+   longest. Throughput counts real (non-pad) tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+ASSET = REPO / "data" / "assets" / "SmolLM2-135M-Instruct"
+PROMPTS = ["Say yes.", "Name a colour.", "Count to three.", "Greet me.", "What is 2+2?", "Pick a fruit.",
+           "Say no.", "Name an animal."]
+
+
+def tiny_model(tok, hidden: int, layers: int, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+
+
+def reward(text: str) -> float:
+    """A deterministic reward with variance inside groups: 1 when the response has an even length."""
+    return float(len(text) % 2 == 0)
+
+
+def ours(tok, model_dir: Path, work: Path, a) -> list[float]:
+    from curation.io import write_parquet
+    from stages.environment import FunctionEnvironment
+    from stages.grpo import GRPOConfig, GRPOStage
+    from tests.rows import rl_table
+
+    table = rl_table(PROMPTS[:a.prompts])
+    for split in ("train", "validation"):
+        write_parquet(table, work / "set" / f"{split}.parquet")
+    cfg = GRPOConfig(name="bench", runner="grpo", datasets=[str(work / "set")], steps=a.steps + 1,
+                     prompts_per_step=a.prompts, group_size=a.group, micro_batch_size=a.prompts * a.group,
+                     dynamic_filtering=False, mask_truncated=False,
+                     sampling={"max_new_tokens": a.max_new_tokens, "batch_size": a.prompts * a.group},
+                     optim={"lr": 1e-5}, checkpoint_root=str(work / "ck"), metrics_dir=str(work / "m"),
+                     plots_dir=str(work / "p"))
+    env = FunctionEnvironment(lambda text, row: reward(text))
+    GRPOStage(cfg, environment=env).run(cfg.datasets, model_dir)
+    import csv
+
+    return [float(r["step_s"]) for r in csv.DictReader((work / "p" / "bench.csv").open())][1:]
+
+
+def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    class Timer(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.times.append(time.perf_counter() - self.t0)
+
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts]] * (a.steps + 1))
+    args = GRPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=a.prompts * a.group,
+                      num_generations=a.group, max_completion_length=a.max_new_tokens, use_vllm=False, bf16=False,
+                      beta=0.0, learning_rate=1e-5, max_steps=a.steps + 1, logging_steps=1, save_strategy="no",
+                      report_to="none", use_cpu=True, temperature=1.0, top_p=1.0, top_k=0, seed=0,
+                      disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
+    timer = Timer()
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), processing_class=tok,
+                          reward_funcs=[lambda completions, **kw: [reward(c[0]["content"]) for c in completions]],
+                          args=args, train_dataset=ds, callbacks=[timer])
+    trainer.train()
+    return timer.times[1:]
+
+
+def sft_docs(tok, rows: int, max_len: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    from packing.tokenize import ChatTokenizer, TokenizedDoc
+
+    table = pq.read_table(REPO / "data" / "sets" / "sft" / "train.parquet").to_pylist()
+    random.Random(seed).shuffle(table)
+    ct, docs = ChatTokenizer(tok), []
+    for start in range(0, len(table), 64):
+        for d in ct.tokenize(table[start:start + 64]):
+            if isinstance(d, TokenizedDoc) and len(d) <= max_len and d.loss_mask.any():
+                docs.append((d.input_ids.astype(np.int64), d.loss_mask.astype(bool)))
+        if len(docs) >= rows:
+            return docs[:rows]
+    return docs
+
+
+def sft_throughput(model, batches: list[dict[str, torch.Tensor]], packed: bool) -> tuple[float, int, int]:
+    from packing.dataset import document_attention_mask
+    from stages.losses import sft_loss
+    from stages.train_engine import OptimConfig, TorchEngine
+
+    engine = TorchEngine(model, OptimConfig(lr=1e-5), len(batches))
+    real = sum(int(b["real"]) for b in batches)
+    seen = sum(b["input_ids"].numel() for b in batches)
+    t0 = time.perf_counter()
+    for b in batches:
+        mask = document_attention_mask(b["position_ids"]) if packed else b["attention_mask"]
+        logits = model(input_ids=b["input_ids"], attention_mask=mask, position_ids=b["position_ids"]).logits
+        loss, _ = sft_loss(logits, b["labels"], position_ids=b["position_ids"] if packed else None)
+        engine.backward(loss)
+        engine.step()
+    return time.perf_counter() - t0, real, seen
+
+
+def sft_batches(docs, pack_length: int, batch: int, pad_id: int):
+    from packing.dataset import collate_packed
+    from packing.plan import plan_packs
+    from packing.writer import assemble_pack
+
+    plan = plan_packs([len(d[0]) for d in docs], pack_length)
+    packs = []
+    for idx in plan.packs:
+        row = assemble_pack([docs[i][0] for i in idx], [docs[i][1] for i in idx], [str(i) for i in idx])
+        packs.append({k: torch.from_numpy(row[k].astype("int64")) for k in ("input_ids", "labels", "position_ids")}
+                     | {"cu_seqlens": torch.from_numpy(row["cu_seqlens"])})
+    packed = []
+    for i in range(0, len(packs), batch):
+        b = collate_packed(packs[i:i + batch], pad_id)
+        b["real"] = sum(len(p["input_ids"]) for p in packs[i:i + batch])
+        packed.append(b)
+    padded = []
+    for i in range(0, len(docs), batch):
+        chunk = docs[i:i + batch]
+        width = max(len(d[0]) for d in chunk)
+        ids = torch.full((len(chunk), width), pad_id)
+        labels = torch.full((len(chunk), width), -100)
+        att = torch.zeros(len(chunk), width, dtype=torch.long)
+        for r, (x, m) in enumerate(chunk):
+            ids[r, :len(x)] = torch.from_numpy(x)
+            labels[r, :len(x)] = torch.from_numpy(np.where(m, x, -100))
+            att[r, :len(x)] = 1
+        padded.append({"input_ids": ids, "labels": labels, "attention_mask": att,
+                       "position_ids": torch.arange(width).expand(len(chunk), -1),
+                       "real": sum(len(d[0]) for d in chunk)})
+    return packed, padded, plan.efficiency
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--sft-rows", type=int, default=96)
+    ap.add_argument("--pack-length", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=4)
+    a = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ASSET)
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        tiny_model(tok, a.hidden, 2).save_pretrained(work / "model")
+        tok.save_pretrained(work / "model")
+        ours_t = ours(tok, work / "model", work, a)
+        trl_t = trl(tok, work / "model", work, a)
+    t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, "
+                    f"Llama hidden {a.hidden} x 2 layers, {a.steps} timed steps")
+    for col in ("implementation", "median s/step", "min s/step", "steps/s"):
+        t.add_column(col, justify="right" if col != "implementation" else "left")
+    for name, times in (("cascade-rl stages.grpo", ours_t), ("trl.GRPOTrainer", trl_t)):
+        med = statistics.median(times)
+        t.add_row(name, f"{med:.3f}", f"{min(times):.3f}", f"{1 / med:.2f}")
+    console.print(t)
+    console.print(f"ours / TRL median step time: {statistics.median(ours_t) / statistics.median(trl_t):.2f}")
+
+    docs = sft_docs(tok, a.sft_rows, a.pack_length)
+    packed, padded, eff = sft_batches(docs, a.pack_length, a.batch, tok.pad_token_id)
+    t = Table(title=f"SFT on {len(docs)} real conversations ({sum(len(d[0]) for d in docs)} tokens), "
+                    f"Llama hidden 256 x 4 layers, fwd+bwd+AdamW")
+    for col in ("layout", "batches", "tokens computed", "real tokens", "seconds", "real tokens/s"):
+        t.add_column(col, justify="right" if col != "layout" else "left")
+    rates = {}
+    for name, batches, is_packed in ((f"packed ({a.pack_length}, BFD {eff:.1%} full)", packed, True),
+                                     (f"padded (batch {a.batch})", padded, False)):
+        secs, real, seen = sft_throughput(tiny_model(tok, 256, 4), batches, is_packed)
+        rates[is_packed] = real / secs
+        t.add_row(name, str(len(batches)), str(seen), str(real), f"{secs:.1f}", f"{real / secs:,.0f}")
+    console.print(t)
+    console.print(f"packed / padded tokens/s: {rates[True] / rates[False]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

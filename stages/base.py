@@ -1,0 +1,116 @@
+"""The stage-runner seam: a typed config, a ``run`` method, and a registry of runners.
+
+A runner is found by name in the entry-point group ``cascade_rl.stages`` (declared in
+``pyproject.toml``), so a third party adds a stage by installing a package with
+
+    [project.entry-points."cascade_rl.stages"]
+    my_stage = "my_pkg.stage:MyStage"
+
+``cascade train STAGE`` reads ``params.yaml``'s ``cascade.stages.STAGE`` (its ``runner``
+names the entry point; every other key goes into the runner's ``config_class``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stages.train_engine import OptimConfig
+
+GROUP = "cascade_rl.stages"
+
+
+class EvalConfig(BaseModel):
+    """Per-domain validation on held-out RL slices (``<set>/validation.parquet``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    datasets: list[str] = Field(default_factory=list)  # RL set dirs; one metric block per domain
+    rows: int = 8                                       # first rows of each validation split
+    max_new_tokens: int = 64
+    batch_size: int = 8
+
+
+class StageConfig(BaseModel):
+    """Knobs every stage shares; runners subclass it."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    runner: str
+    enabled: bool = True  # False: the stage passes its init checkpoint through (stages/cli.py)
+    datasets: list[str]
+    seed: int = 0
+    steps: int = Field(1, ge=1)  # optimizer steps
+    train_engine: str = "torch"  # torch | deepspeed
+    zero_stage: int = Field(2, ge=0, le=3)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint_root: str = "data/checkpoints"
+    metrics_dir: str = "metrics/train"
+    plots_dir: str = "plots"
+    threads: int | None = None  # torch intra-op threads (None: torch's default)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.checkpoint_root) / self.name
+
+
+@dataclass
+class StageResult:
+    """What a run leaves behind: the checkpoint directory and its metrics JSON."""
+
+    checkpoint: Path
+    metrics: Path
+    summary: dict[str, Any]
+
+
+class StageRunner(Protocol):
+    """A cascade stage: ``Runner(config).run(datasets, init_checkpoint)``."""
+
+    config_class: ClassVar[type[StageConfig]]
+
+    def __init__(self, config: StageConfig) -> None: ...
+
+    def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
+        """Train from ``init_checkpoint`` (an HF model dir) on ``datasets``; write checkpoint + metrics."""
+
+
+def stage_runners() -> dict[str, Any]:
+    """``{name: entry point}`` of every installed runner (not yet imported)."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def get_runner(name: str) -> type[StageRunner]:
+    """Load the runner class registered as ``name``.
+
+    Raises:
+        ValueError: unknown name (the message lists the installed runners and how to add one).
+    """
+    runners = stage_runners()
+    if name not in runners:
+        raise ValueError(f"no stage runner {name!r} in entry-point group {GROUP!r}; installed: {sorted(runners)} "
+                         f"(reinstall the package after adding one: pip install -e .)")
+    return runners[name].load()
+
+
+def build_runner(name: str, settings: dict[str, Any]) -> StageRunner:
+    """The runner for stage ``name`` configured from its params block (``runner`` + config keys).
+
+    Raises:
+        ValueError: missing ``runner`` key, unknown runner, or a config error naming the field.
+    """
+    from pydantic import ValidationError
+
+    if "runner" not in settings:
+        raise ValueError(f"cascade.stages.{name}: missing 'runner' (one of {sorted(stage_runners())})")
+    cls = get_runner(settings["runner"])
+    try:
+        config = cls.config_class.model_validate({"name": name, **settings})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"cascade.stages.{name}.{where}: {first['msg']}") from None
+    return cls(config)

@@ -1,0 +1,84 @@
+"""``cascade train STAGE``: run one stage of the cascade from ``params.yaml``.
+
+The ``cascade`` section of ``params.yaml``::
+
+    cascade:
+      model: data/assets/SmolLM2-135M-Instruct   # init of the first stage in `order`
+      order: [sft, if_rl, multidomain_rl]        # each later stage starts from the previous checkpoint
+      defaults: {...}                            # merged (recursively) under every stage's block
+      stages:
+        if_rl: {runner: grpo, datasets: [...], steps: 3, ...}
+
+A stage outside ``order`` names its ``init`` (a checkpoint dir or a stage name).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from stages.base import StageConfig, StageResult, build_runner
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``over`` wins."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def stage_settings(params: dict[str, Any], stage: str) -> tuple[dict[str, Any], Path]:
+    """The merged config block of ``stage`` and its init checkpoint.
+
+    Raises:
+        ValueError: no ``cascade`` section, unknown stage, or a stage outside ``order`` without ``init``.
+    """
+    cascade = params.get("cascade")
+    if not cascade or stage not in cascade.get("stages", {}):
+        known = sorted((cascade or {}).get("stages", {}))
+        raise ValueError(f"no stage {stage!r} in params.yaml cascade.stages (known: {known})")
+    settings = merge(cascade.get("defaults", {}), cascade["stages"][stage])
+    root = Path(settings.get("checkpoint_root", "data/checkpoints"))
+    order = cascade.get("order", [])
+    init = settings.pop("init", None)
+    if init is None:
+        if stage not in order:
+            raise ValueError(f"cascade.stages.{stage}: not in cascade.order, so it needs an 'init' checkpoint")
+        i = order.index(stage)
+        init = cascade["model"] if i == 0 else root / order[i - 1]
+    elif init in cascade["stages"]:
+        init = root / init
+    return settings, Path(init)
+
+
+def train(stage: str, params: dict[str, Any]) -> StageResult:
+    """Build the stage's runner from params and run it."""
+    settings, init = stage_settings(params, stage)
+    runner = build_runner(stage, settings)
+    if not runner.cfg.enabled:
+        return pass_through(runner.cfg, init)
+    return runner.run([Path(d) for d in settings["datasets"]], init)
+
+
+def pass_through(cfg: StageConfig, init: Path) -> StageResult:
+    """A disabled stage (``enabled: false``): its checkpoint is ``init`` unchanged, its record keeps the
+    init's validation and counts ``skipped: 1``, so the next stage and ``cascade report`` see it."""
+    from stages.checkpoints import read_record
+    from stages.runtime import StageRun
+
+    with StageRun(cfg, [], init) as run:
+        run.counts["skipped"] = 1
+        return run.finish((read_record(init) or {}).get("validation", {}), curves=())
+
+
+def main(stage: str, params: dict[str, Any]) -> int:
+    """CLI body: run ``stage``; a config or data error prints one line and returns 1."""
+    try:
+        result = train(stage, params)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"cascade train {stage}: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{stage}: checkpoint {result.checkpoint}, metrics {result.metrics} ({result.summary['wall_s']} s)")
+    return 0

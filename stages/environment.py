@@ -1,0 +1,197 @@
+"""Environments: RL rows in, prompts and rewards out.
+
+- :func:`load_rl_rows` reads canonical RL sets (``corpora/schema.py`` ``RL_SCHEMA``).
+- :class:`PromptBuilder` renders a row's ``responses_create_params`` with the tokenizer's
+  chat template (tools included; a template that ignores ``tools`` gets them as a system
+  turn) and refuses prompts longer than the budget, so the caller counts them.
+- An :class:`Environment` scores responses: ``verifiers`` dispatches every row to the
+  verifier its ``agent_ref`` names (``validators.verifiers.verify_batch``, NeMo-Gym
+  convention); ``function`` wraps a plain ``reward(response, row) -> float``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow.parquet as pq
+
+from packing.tokenize import to_chat
+
+TOOLS_PREAMBLE = ("You can call these tools. To call one, answer with "
+                  "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.\n<tools>\n{tools}\n</tools>")
+
+
+def load_rl_rows(dataset: str | Path, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of ``<dataset>/<split>.parquet`` (or ``dataset`` itself when it is a parquet file).
+
+    Raises:
+        FileNotFoundError: naming the missing file and the step that builds it.
+    """
+    path = Path(dataset)
+    path = path if path.suffix == ".parquet" else path / f"{split}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"RL set {path} not found: run `dvc repro build` first")
+    table = pq.read_table(path)
+    return (table.slice(0, limit) if limit is not None else table).to_pylist()
+
+
+class PromptTooLong(ValueError):
+    """A prompt exceeds ``max_prompt_tokens`` (the reason ``prompt_too_long`` in stage metrics)."""
+
+
+class PromptBuilder:
+    """Token ids of a row's prompt, ending with the assistant generation header.
+
+    Args:
+        tokenizer: HF tokenizer with a chat template.
+        max_prompt_tokens: longer prompts raise :class:`PromptTooLong`.
+    """
+
+    def __init__(self, tokenizer: Any, max_prompt_tokens: int = 1024):
+        self.tokenizer, self.max_prompt_tokens = tokenizer, max_prompt_tokens
+        probe = [{"type": "function", "function": {"name": "probe_tool_name", "parameters": {}}}]
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tools=probe, tokenize=False)
+        self.template_renders_tools = "probe_tool_name" in rendered
+
+    def messages(self, row: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict] | None]:
+        """The chat and tools the template receives (tools moved into a system turn if needed)."""
+        params = row["responses_create_params"]
+        chat, tools = to_chat(params["input"], params.get("tools"))
+        if tools and not self.template_renders_tools:
+            block = TOOLS_PREAMBLE.replace("{tools}", "\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+            if chat[0]["role"] == "system":
+                chat = [{**chat[0], "content": chat[0]["content"] + "\n\n" + block}, *chat[1:]]
+            else:
+                chat = [{"role": "system", "content": block}, *chat]
+            tools = None
+        return chat, tools
+
+    def __call__(self, row: dict[str, Any]) -> list[int]:
+        """Prompt token ids. Raises PromptTooLong naming the row's uuid and its length."""
+        chat, tools = self.messages(row)
+        ids = self.tokenizer.apply_chat_template(chat, tools=tools, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)
+        if len(ids) > self.max_prompt_tokens:
+            raise PromptTooLong(f"row {row.get('uuid')}: prompt has {len(ids)} tokens > max_prompt_tokens "
+                                f"{self.max_prompt_tokens}")
+        return list(ids)
+
+
+class Environment(Protocol):
+    """Scores responses to RL rows."""
+
+    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+        """One ``(reward, passed)`` per response, rewards in [0, 1]."""
+
+
+class VerifierEnvironment:
+    """Rewards from the row's verifier (``agent_ref``) via ``validators.verifiers.verify_batch``.
+
+    A verifier that hangs past ``timeout_s`` gives reward 0 for that response only.
+    """
+
+    def __init__(self, timeout_s: float = 10.0, workers: int = 2):
+        from validators.verifiers import verify_batch
+
+        self.verify_batch, self.timeout_s, self.workers = verify_batch, timeout_s, workers
+
+    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+        verdicts = self.verify_batch(responses, rows, timeout_s=self.timeout_s, workers=self.workers)
+        if len(verdicts) != len(responses):
+            raise RuntimeError(f"verify_batch returned {len(verdicts)} verdicts for {len(responses)} responses")
+        return [(float(v.reward), bool(v.passed)) for v in verdicts]
+
+
+class FunctionEnvironment:
+    """Rewards from ``fn(response, row) -> float`` (``passed`` = reward >= 1)."""
+
+    def __init__(self, fn: Callable[[str, dict[str, Any]], float]):
+        self.fn = fn
+
+    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+        rewards = [float(self.fn(r, row)) for r, row in zip(responses, rows, strict=True)]
+        return [(r, r >= 1.0) for r in rewards]
+
+
+JUDGE_PROMPT = """You are a judge of helpfulness. Read the conversation and two candidate responses.
+Rate each response's helpfulness from 1 to 5, then rank them from 1 (Response 1 is much better)
+to 6 (Response 2 is much better); 3 and 4 mean slightly better. End your answer exactly like this:
+[The Begin of Individual Scores]
+\\boxed{{score_1, score_2}}
+[The End of Individual Scores]
+[The Begin of Ranking Score]
+\\boxed{{ranking}}
+[The End of Ranking Score]
+
+[Conversation]
+{conversation}
+
+[Response 1]
+{response_1}
+
+[Response 2]
+{response_2}"""
+
+
+class GenRMEnvironment:
+    """RLHF rewards from a pairwise generative judge (recipe, RLHF row; Nemotron GenRM style).
+
+    Responses arrive prompt-major in groups of consecutive rows with the same ``uuid``. For each
+    group the judge (any :class:`~stages.rollout.RolloutEngine`, greedy) sees the pairs of
+    ``validators.verifiers.genrm.pair_indices(n, strategy)`` and
+    ``validators.verifiers.genrm.group_rewards`` turns its outputs into rewards in [0, 1]
+    (malformed judgements are dropped there and counted in ``malformed``).
+
+    Args:
+        judge: rollout engine of the judge model; ``judge_tokenizer`` renders its prompts.
+        strategy: ``circular`` | ``all_pairs``.
+    """
+
+    def __init__(self, judge: Any, judge_tokenizer: Any, strategy: str = "circular", max_new_tokens: int = 256):
+        self.judge, self.tokenizer, self.strategy = judge, judge_tokenizer, strategy
+        self.max_new_tokens, self.malformed = max_new_tokens, 0
+
+    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+        from validators.verifiers.genrm import group_rewards, pair_indices
+
+        out: list[tuple[float, bool]] = []
+        start = 0
+        while start < len(rows):
+            end = start
+            while end < len(rows) and rows[end].get("uuid") == rows[start].get("uuid"):
+                end += 1
+            group = responses[start:end]
+            conversation = "\n".join(f"{m['role']}: {m['content']}"
+                                     for m in rows[start]["responses_create_params"]["input"])
+            pairs = pair_indices(len(group), self.strategy)
+            prompts = [self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": JUDGE_PROMPT.format(conversation=conversation, response_1=group[i],
+                                                                 response_2=group[j])}],
+                add_generation_prompt=True, tokenize=True, return_dict=False) for i, j in pairs]
+            texts = self.judge.generate(prompts, n=1, greedy=True, max_new_tokens=self.max_new_tokens).texts
+            result = group_rewards(len(group), pairs, texts)
+            self.malformed += len(result.malformed)
+            out.extend((r, r > 0.5) for r in result.rewards)
+            start = end
+        return out
+
+
+def make_environment(name: str, **kwargs: Any) -> Environment:
+    """``verifiers`` (default) | ``function`` (``fn=...``) | ``genrm`` (``judge_model=DIR`` or
+    ``judge=engine, judge_tokenizer=tok``, ``strategy``, ``max_new_tokens``); ValueError on an unknown name."""
+    if name == "verifiers":
+        return VerifierEnvironment(**kwargs)
+    if name == "function":
+        return FunctionEnvironment(**kwargs)
+    if name == "genrm":
+        if "judge_model" in kwargs:
+            from stages.checkpoints import load_checkpoint
+            from stages.rollout import HFRolloutEngine, SamplingConfig
+
+            model, tok = load_checkpoint(kwargs.pop("judge_model"))
+            kwargs.update(judge=HFRolloutEngine(model.eval(), tok, SamplingConfig()), judge_tokenizer=tok)
+        return GenRMEnvironment(**kwargs)
+    raise ValueError(f"unknown environment {name!r}; known: ['function', 'genrm', 'verifiers']")

@@ -1,0 +1,214 @@
+"""GRPO as Nemotron-Cascade 2 uses it (recipe §"GRPO as used here"); IF-RL, multi-domain RL,
+RLHF, long-context RL and code RL are configs of this one loop.
+
+Per optimizer step:
+  1. take ``prompts_per_step`` rows (seeded shuffle of the stage's RL sets, cycled);
+  2. sample ``group_size`` responses per prompt with the rollout engine (current weights);
+  3. score every response with the environment (verifier dispatched by ``agent_ref``);
+  4. advantages per group (``advantage``: ``grpo`` | ``leave_one_out``);
+  5. dynamic filtering: groups whose rewards are all equal are dropped (counted);
+     truncated responses (no EOS within ``max_new_tokens``) are masked (counted);
+  6. one backward per micro-batch, each loss normalized by the response-token count of the
+     whole step (token-level mean over the accumulation window), then ONE optimizer step:
+     strict on-policy, ratio ``pi/sg(pi) == 1``; KL to the frozen initial policy only when
+     ``kl_beta > 0`` (RLHF, 0.03).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from pydantic import Field
+
+from stages.advantages import get_advantage, informative_groups
+from stages.base import StageConfig, StageResult
+from stages.environment import Environment, PromptBuilder, PromptTooLong, load_rl_rows, make_environment
+from stages.losses import get_loss, token_logprobs
+from stages.rollout import Rollouts, SamplingConfig, make_rollout_engine
+from stages.runtime import StageRun
+
+
+class GRPOConfig(StageConfig):
+    """One GRPO stage (defaults: the recipe's strict on-policy GRPO, no KL)."""
+
+    prompts_per_step: int = Field(4, ge=1)
+    group_size: int = Field(4, ge=2)
+    micro_batch_size: int = Field(8, ge=1)      # sequences per forward/backward
+    max_prompt_tokens: int = 1024               # longer prompts are dropped and counted
+    max_rows_per_dataset: int | None = None     # first rows of each train set (None: all)
+    advantage: str = "grpo"
+    advantage_kwargs: dict[str, Any] = Field(default_factory=lambda: {"eps": 1e-4, "ddof": 1})
+    loss: str = "policy_gradient"
+    aggregation: str = "token_mean"
+    kl_beta: float = 0.0
+    dynamic_filtering: bool = True
+    mask_truncated: bool = True
+    rollout_engine: str = "hf"
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    environment: str = "verifiers"
+    environment_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """Training tensors for samples ``indices``: prompts left-padded, responses right-padded.
+
+    Returns int64 ``input_ids``/``attention_mask``/``position_ids`` ``[B, P + R]``,
+    ``response_ids`` ``[B, R]`` and bool ``response_mask`` ``[B, R]`` (``P``, ``R``: the
+    longest prompt / response among ``indices``). Every response starts at column ``P``.
+    """
+    prompts = [rollouts.prompt_ids[i] for i in indices]
+    responses = [rollouts.response_ids[i] for i in indices]
+    p_w, r_w = max(map(len, prompts)), max(max(map(len, responses)), 1)
+    ids, att, resp, rmask = [], [], [], []
+    for p, r in zip(prompts, responses, strict=True):
+        ids.append([pad_id] * (p_w - len(p)) + p + r + [pad_id] * (r_w - len(r)))
+        att.append([0] * (p_w - len(p)) + [1] * (len(p) + len(r)) + [0] * (r_w - len(r)))
+        resp.append(r + [pad_id] * (r_w - len(r)))
+        rmask.append([True] * len(r) + [False] * (r_w - len(r)))
+    attention_mask = torch.tensor(att)
+    return {"input_ids": torch.tensor(ids), "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "response_ids": torch.tensor(resp), "response_mask": torch.tensor(rmask)}
+
+
+def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+    """float32 ``[B, R]``: log pi(response token | prefix) at the sampling temperature.
+
+    Only the last ``R + 1`` positions go through the LM head (``logits_to_keep``).
+    """
+    r_w = batch["response_ids"].shape[1]
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], logits_to_keep=r_w + 1, use_cache=False)
+    return token_logprobs(out.logits[:, :-1], batch["response_ids"], temperature)
+
+
+def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[torch.Tensor], None],
+                               rollouts: Rollouts, advantages: torch.Tensor, indices: list[int],
+                               cfg: GRPOConfig, pad_id: int,
+                               ref_model: torch.nn.Module | None = None) -> dict[str, float]:
+    """Backward the GRPO loss of samples ``indices`` in micro-batches of ``cfg.micro_batch_size``.
+
+    Each micro-batch loss is normalized by the response tokens of all ``indices``, so the
+    accumulated gradient equals that of one batch holding them all. Returns summed ``loss``,
+    ``pg_loss`` (and ``kl``) over the window, and ``logprob_diff``: mean |trainer - sampler|
+    log-prob of the trained tokens (an on-policy sanity check).
+    """
+    num_tokens = sum(len(rollouts.response_ids[i]) for i in indices)
+    loss_fn = get_loss(cfg.loss)
+    totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
+    for start in range(0, len(indices), cfg.micro_batch_size):
+        chunk = indices[start:start + cfg.micro_batch_size]
+        batch = policy_batch(rollouts, chunk, pad_id)
+        lp = response_logprobs(model, batch, cfg.sampling.temperature)
+        ref = None
+        if cfg.kl_beta:
+            with torch.no_grad():
+                ref = response_logprobs(ref_model, batch, cfg.sampling.temperature)
+        loss, stats = loss_fn(lp, advantages[chunk], batch["response_mask"], num_tokens=num_tokens,
+                              aggregation=cfg.aggregation, max_len=cfg.sampling.max_new_tokens,
+                              ref_logprobs=ref, kl_beta=cfg.kl_beta)
+        if cfg.aggregation != "token_mean":  # sequence-level means: weight each micro-batch by its rows
+            loss = loss * (len(chunk) / len(indices))
+            stats = {k: v * len(chunk) / len(indices) for k, v in stats.items()}
+        backward(loss)
+        totals["loss"] += float(loss.detach())
+        for k, v in stats.items():  # stats are normalized by num_tokens already
+            totals[k] = totals.get(k, 0.0) + v
+        sampler = torch.zeros_like(lp)
+        for row, i in enumerate(chunk):
+            sampler[row, :len(rollouts.logprobs[i])] = torch.tensor(rollouts.logprobs[i])
+        diff = torch.where(batch["response_mask"], (lp.detach() - sampler).abs(), 0.0).sum()
+        totals["logprob_diff"] += float(diff) / num_tokens
+    return totals
+
+
+def select_for_training(rewards: torch.Tensor, truncated: torch.Tensor, cfg: GRPOConfig) -> tuple[list[int], dict[str, float]]:
+    """Indices of the samples that are trained on, and the filtering counts.
+
+    Dynamic filtering drops every sample of a group whose rewards are all equal;
+    ``mask_truncated`` drops truncated samples (their group's advantages still use their reward).
+    """
+    g = cfg.group_size
+    groups = informative_groups(rewards, g) if cfg.dynamic_filtering else torch.ones(len(rewards) // g, dtype=torch.bool)
+    keep = groups.repeat_interleave(g)
+    if cfg.mask_truncated:
+        keep &= ~truncated
+    return keep.nonzero().flatten().tolist(), {"groups_filtered": float((~groups).sum()),
+                                               "truncated_masked": float((truncated & groups.repeat_interleave(g)).sum())
+                                               if cfg.mask_truncated else 0.0}
+
+
+class GRPOStage:
+    """Stage runner ``grpo`` (entry point ``cascade_rl.stages``)."""
+
+    config_class: ClassVar[type[GRPOConfig]] = GRPOConfig
+
+    def __init__(self, config: GRPOConfig, environment: Environment | None = None):
+        self.cfg = config
+        self.environment = environment
+
+    def _train_rows(self, datasets: list[Path], builder: PromptBuilder) -> tuple[list[tuple[dict, list[int]]], dict[str, int]]:
+        items, dropped = [], {"prompt_too_long": 0}
+        for ds in datasets:
+            for row in load_rl_rows(ds, "train", limit=self.cfg.max_rows_per_dataset):
+                try:
+                    items.append((row, builder(row)))
+                except PromptTooLong:
+                    dropped["prompt_too_long"] += 1
+        if not items:
+            raise ValueError(f"stage {self.cfg.name}: no trainable prompt in {[str(d) for d in datasets]} "
+                             f"({dropped['prompt_too_long']} longer than max_prompt_tokens={self.cfg.max_prompt_tokens})")
+        random.Random(self.cfg.seed).shuffle(items)
+        return items, dropped
+
+    def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
+        """Train ``cfg.steps`` GRPO steps from ``init_checkpoint``; returns checkpoint + metrics paths."""
+        cfg = self.cfg
+        with StageRun(cfg, datasets, init_checkpoint) as run:
+            engine, tok = run.engine, run.tokenizer
+            env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
+            builder = PromptBuilder(tok, cfg.max_prompt_tokens)
+            rollout = make_rollout_engine(cfg.rollout_engine, engine.module, tok, cfg.sampling, str(init_checkpoint))
+            ref_model = run.frozen_copy() if cfg.kl_beta else None
+            items, dropped = self._train_rows(datasets, builder)
+            run.counts.update(dropped, train_prompts=len(items))
+            advantage = get_advantage(cfg.advantage)
+            cursor = 0
+            for step in run.progress(cfg.steps):
+                t0 = time.perf_counter()
+                batch = [items[(cursor + i) % len(items)] for i in range(cfg.prompts_per_step)]
+                cursor += cfg.prompts_per_step
+                with engine.gathered():
+                    ro = rollout.generate([b[1] for b in batch], n=cfg.group_size)
+                t_gen = time.perf_counter() - t0
+                rows = [b[0] for b in batch for _ in range(cfg.group_size)]
+                scores = env.score(ro.texts, rows)
+                rewards = torch.tensor([s[0] for s in scores], dtype=torch.float32)
+                adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
+                indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg)
+                stats: dict[str, float] = {"reward_mean": float(rewards.mean()),
+                                           "pass_rate": sum(s[1] for s in scores) / len(scores),
+                                           "response_tokens": sum(map(len, ro.response_ids)) / len(ro),
+                                           "truncated": sum(ro.truncated) / len(ro), **filt,
+                                           "trained_samples": float(len(indices))}
+                for domain in sorted({r["domain"] for r in rows}):
+                    mine = [s[0] for s, r in zip(scores, rows, strict=True) if r["domain"] == domain]
+                    stats[f"reward/{domain}"] = sum(mine) / len(mine)
+                if indices:
+                    stats.update(accumulate_policy_gradient(engine.model, engine.backward, ro, adv, indices, cfg,
+                                                            rollout.pad, ref_model))
+                    stats.update(engine.step())
+                    rollout.sync_weights(engine.module)
+                else:  # every group filtered: no signal, no update (counted)
+                    run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
+                stats.update(generate_s=t_gen, step_s=time.perf_counter() - t0)
+                run.log(step, stats)
+            # validation is verifiable per domain: a GenRM judge scores groups, not single answers
+            eval_env = make_environment("verifiers") if cfg.environment == "genrm" and not self.environment else env
+            validation = run.validate(rollout, builder, eval_env)
+            return run.finish(validation, curves=("reward_mean", "loss", "response_tokens", "groups_filtered"))

@@ -1,0 +1,160 @@
+"""Loss functions on plain tensors, registered by name (``loss: policy_gradient``).
+
+Conventions: ``mask`` is bool/0-1 ``[B, T]`` over response (or supervised) tokens;
+masked positions never reach the result (``torch.where``, so even inf/NaN there is
+harmless). ``num_tokens`` is the normalizer of the whole gradient-accumulation window
+(the recipe's pitfall #1): with it, summing the micro-batch losses of a window gives
+exactly the loss of the window processed as one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+LOSSES: dict[str, LossFn] = {}
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+
+
+def register_loss(name: str) -> Callable[[LossFn], LossFn]:
+    """Decorator: make ``fn(...) -> (loss, stats)`` available as ``name``."""
+    def deco(fn: LossFn) -> LossFn:
+        LOSSES[name] = fn
+        return fn
+    return deco
+
+
+def get_loss(name: str) -> LossFn:
+    """The loss registered as ``name``; ValueError lists the known names."""
+    if name not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}")
+    return LOSSES[name]
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",
+              num_tokens: float | None = None, max_len: int | None = None) -> torch.Tensor:
+    """Reduce a per-token loss ``[B, T]`` to a scalar over the tokens where ``mask`` holds.
+
+    Modes (names as in verl's ``agg_loss``):
+      - ``token_mean``: ``sum(loss * mask) / num_tokens`` (default ``mask.sum()``); the
+        recipe's GRPO aggregation (DAPO, arXiv 2503.14476 §3.3).
+      - ``seq_mean_token_mean``: mean over rows with >= 1 token of each row's token mean
+        (original GRPO, arXiv 2402.03300 eq. 3).
+      - ``seq_mean_token_sum_norm``: ``mean_rows(sum_row / max_len)`` (Dr. GRPO, arXiv 2503.20783).
+    A batch with no unmasked token returns 0 (with a graph, no NaN).
+
+    Raises:
+        ValueError: unknown ``mode``, mismatched shapes, or ``max_len`` missing for Dr. GRPO.
+    """
+    if per_token.shape != mask.shape:
+        raise ValueError(f"per-token loss {tuple(per_token.shape)} and mask {tuple(mask.shape)} differ in shape")
+    mask = mask.bool()
+    kept = torch.where(mask, per_token, torch.zeros_like(per_token))
+    if mode == "token_mean":
+        denom = float(mask.sum()) if num_tokens is None else float(num_tokens)
+        return kept.sum() / max(denom, 1.0)
+    if mode == "seq_mean_token_mean":
+        counts = mask.sum(dim=-1)
+        rows = counts > 0
+        if not rows.any():
+            return kept.sum() * 0.0
+        return (kept.sum(dim=-1)[rows] / counts[rows]).mean()
+    if mode == "seq_mean_token_sum_norm":
+        if max_len is None:
+            raise ValueError("seq_mean_token_sum_norm needs max_len")
+        return (kept.sum(dim=-1) / max_len).mean() if kept.shape[0] else kept.sum()
+    raise ValueError(f"unknown aggregation {mode!r}; known: {AGGREGATIONS}")
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log softmax(logits / temperature)[target]`` per position.
+
+    Args:
+        logits: float ``[B, T, V]`` (position t scores token ``targets[:, t]``).
+        targets: int64 ``[B, T]``; out-of-range ids (e.g. -100) are scored as id 0.
+    Returns:
+        float32 ``[B, T]`` log-probabilities (nats).
+    """
+    logits = logits.float() / temperature
+    safe = targets.clamp(min=0)
+    return -F.cross_entropy(logits.flatten(0, 1), safe.flatten(), reduction="none").view_as(targets)
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate of ``KL(pi_theta || pi_ref)`` from tokens sampled from ``pi_theta``.
+
+    ``k3 = exp(d) - d - 1`` with ``d = log pi_ref - log pi_theta`` (Schulman 2020,
+    "Approximating KL Divergence"; the estimator of GRPO, arXiv 2402.03300 eq. 4):
+    unbiased and >= 0 per token. Shapes ``[B, T]`` float.
+    """
+    d = ref_logprobs - logprobs
+    return torch.exp(d) - d - 1.0
+
+
+@register_loss("policy_gradient")
+def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                         num_tokens: float | None = None, aggregation: str = "token_mean",
+                         max_len: int | None = None, ref_logprobs: torch.Tensor | None = None,
+                         kl_beta: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """Strict on-policy GRPO loss ``-A_i * rho_{i,t}`` (+ ``beta * k3``), aggregated over ``mask``.
+
+    ``rho = exp(logprobs - sg[logprobs]) == 1`` (one optimizer step per rollout batch),
+    so the gradient is REINFORCE with group-normalized rewards (the recipe's GRPO section).
+
+    Args:
+        logprobs: float ``[B, T]`` log pi_theta of the sampled tokens, with a graph.
+        advantages: float ``[B]`` (one per response) or ``[B, T]``.
+        mask: ``[B, T]`` response tokens that count (truncated responses already zeroed).
+        ref_logprobs: ``[B, T]`` of the frozen reference; needed when ``kl_beta > 0``.
+    Returns:
+        ``(loss, stats)`` with stats ``pg_loss`` and ``kl`` (token means over ``mask``).
+    Raises:
+        ValueError: ``kl_beta > 0`` without ``ref_logprobs``; see :func:`aggregate`.
+    """
+    adv = advantages.unsqueeze(-1) if advantages.ndim == 1 else advantages
+    ratio = torch.exp(logprobs - logprobs.detach())
+    pg = aggregate(-adv * ratio, mask, aggregation, num_tokens, max_len)
+    stats = {"pg_loss": float(pg.detach())}
+    loss = pg
+    if kl_beta:
+        if ref_logprobs is None:
+            raise ValueError("kl_beta > 0 needs ref_logprobs (a reference model)")
+        kl = aggregate(kl_k3(logprobs, ref_logprobs), mask, aggregation, num_tokens, max_len)
+        loss = loss + kl_beta * kl
+        stats["kl"] = float(kl.detach())
+    return loss, stats
+
+
+def sft_target_mask(labels: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """bool ``[B, T-1]``: which next-token targets ``labels[:, 1:]`` are trained (see :func:`sft_loss`).
+
+    Its sum over a window is the ``num_tokens`` that :func:`sft_loss` expects."""
+    mask = labels[:, 1:] != -100
+    if position_ids is not None:
+        mask &= position_ids[:, 1:] != 0
+    return mask
+
+
+@register_loss("sft")
+def sft_loss(logits: torch.Tensor, labels: torch.Tensor, *, position_ids: torch.Tensor | None = None,
+             num_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Next-token cross-entropy over supervised tokens, ``sum / num_tokens``.
+
+    Position ``t`` predicts ``labels[:, t + 1]``; labels ``-100`` are unsupervised. With
+    ``position_ids`` (packed rows), a target whose position id is 0 (a document's first
+    token) is never trained on the previous document's last token.
+
+    Args:
+        logits: float ``[B, T, V]``; labels: int64 ``[B, T]``; position_ids: int64 ``[B, T]``.
+        num_tokens: supervised tokens of the whole accumulation window (default: this batch).
+    Returns:
+        ``(loss, {"nll_sum": summed nats, "tokens": supervised tokens in this batch})``.
+    """
+    targets = labels[:, 1:]
+    mask = sft_target_mask(labels, position_ids)
+    nll = -token_logprobs(logits[:, :-1], targets)
+    loss = aggregate(nll, mask, "token_mean", num_tokens)
+    return loss, {"nll_sum": float(torch.where(mask, nll.detach(), 0.0).sum()), "tokens": int(mask.sum())}

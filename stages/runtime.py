@@ -1,0 +1,106 @@
+"""What every stage run shares: seeding, model + train engine, progress bar, metrics and
+plots, per-domain validation, and the checkpoint with its registry record.
+
+Outputs of stage ``NAME`` (the paths ``dvc.yaml`` declares):
+  ``<checkpoint_root>/NAME/``       HF model + tokenizer + ``cascade_checkpoint.json``
+  ``<metrics_dir>/NAME.json``       summary: final step metrics, validation, counts, wall time
+  ``<plots_dir>/NAME.csv`` / ``.png`` one row per optimizer step / curves
+  ``logs/tensorboard/NAME/``         the same scalars, when ``tensorboard`` is installed
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from curation.io import write_json
+from stages.base import StageConfig, StageResult
+from stages.checkpoints import load_checkpoint, write_record
+from stages.metrics import MetricsLog
+from stages.train_engine import make_train_engine
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's and torch's RNGs (sampling, dropout, shuffles)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class StageRun:
+    """Context for one stage run; see the module docstring for its outputs.
+
+    Attributes:
+        engine: the train engine (``cfg.train_engine``) around the loaded model.
+        tokenizer: the init checkpoint's tokenizer (saved with the checkpoint).
+        counts: dropped/skipped counters that go into the summary (never silent loss).
+    """
+
+    def __init__(self, cfg: StageConfig, datasets: list[Path], init_checkpoint: Path):
+        self.cfg, self.datasets, self.init = cfg, [Path(d) for d in datasets], Path(init_checkpoint)
+        self.counts: dict[str, int] = {}
+        self.last: dict[str, float] = {}
+
+    def __enter__(self) -> StageRun:
+        self.t0 = time.perf_counter()
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        seed_everything(self.cfg.seed)
+        model, self.tokenizer = load_checkpoint(self.init)
+        model.train()
+        self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
+                                        self.cfg.zero_stage)
+        self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv",
+                               tensorboard_dir=Path("logs") / "tensorboard" / self.cfg.name)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if hasattr(self, "bar"):
+            self.bar.close()
+
+    def frozen_copy(self) -> torch.nn.Module:
+        """A frozen copy of the initial policy (the KL reference), in eval mode."""
+        ref = copy.deepcopy(self.engine.module).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def progress(self, steps: int) -> Any:
+        """``range(1, steps + 1)`` with a progress bar showing the latest metrics."""
+        self.bar = tqdm(range(1, steps + 1), desc=self.cfg.name, unit="step")
+        return self.bar
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        """Record step metrics (CSV row, progress-bar postfix)."""
+        self.last = values
+        self.log_.log(step, values)
+        shown = {k: f"{v:.4g}" for k, v in values.items() if k in ("loss", "reward_mean", "lr", "tokens_per_s")}
+        self.bar.set_postfix(shown)
+
+    def validate(self, rollout: Any, builder: Any, env: Any) -> dict[str, dict[str, float]]:
+        """Per-domain validation of the current weights on ``cfg.eval.datasets``."""
+        from stages.evaluate import evaluate
+
+        with self.engine.gathered():
+            return evaluate(rollout, builder, env, self.cfg.eval)
+
+    def finish(self, validation: dict[str, dict[str, float]], curves: tuple[str, ...]) -> StageResult:
+        """Save checkpoint + tokenizer + record, the summary JSON and the curves; return the paths."""
+        cfg = self.cfg
+        ckpt = cfg.checkpoint_dir
+        self.engine.save(ckpt)
+        self.tokenizer.save_pretrained(ckpt)
+        summary = {"stage": cfg.name, "runner": cfg.runner, "steps": cfg.steps, "final": self.last,
+                   "validation": validation, "counts": self.counts,
+                   "wall_s": round(time.perf_counter() - self.t0, 1)}
+        write_record(ckpt, stage=cfg.name, runner=cfg.runner, init=self.init, datasets=self.datasets,
+                     validation=validation, train={"final": self.last, "counts": self.counts})
+        metrics = Path(cfg.metrics_dir) / f"{cfg.name}.json"
+        write_json(summary, metrics)
+        self.log_.write(Path(cfg.plots_dir) / f"{cfg.name}.png", curves)
+        return StageResult(ckpt, metrics, summary)

@@ -1,0 +1,164 @@
+"""SFT on packed sequences (recipe, SFT row): next-token cross-entropy over the supervised
+(assistant) tokens, normalized by the supervised-token count of the whole gradient-accumulation
+window; AdamW β=(0.9, 0.98), wd 0.1, cosine LR with warm-up (``optim`` in params).
+
+Packs come from ``cascade pack`` (:class:`packing.dataset.PackedDataset`). Attention never
+crosses documents: ``position_ids`` restart per document and the model gets the block-diagonal
+causal mask of :func:`packing.dataset.document_attention_mask` (CPU/SDPA path). Packs longer
+than ``max_tokens`` (the paper packs 256K tokens) are cut at document boundaries into windows of
+at most ``max_tokens``; a document longer than that is cropped (tokens counted in
+``cropped_tokens``). ``max_tokens: null`` trains whole packs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+from pydantic import Field
+
+from packing.dataset import PackedDataset, collate_packed, document_attention_mask
+from stages.base import StageConfig, StageResult
+from stages.losses import sft_loss, sft_target_mask
+from stages.runtime import StageRun
+
+
+class SFTConfig(StageConfig):
+    """One SFT stage; ``datasets`` are pack parquet files or directories holding ``<split>.parquet``."""
+
+    micro_batch_size: int = Field(1, ge=1)   # windows per forward/backward
+    grad_accum: int = Field(1, ge=1)         # micro-batches per optimizer step
+    max_tokens: int | None = 2048            # window length (None: whole packs)
+    split: str = "train"
+    validation_windows: int = 4              # held-out windows (validation split) for val_loss
+    environment: str = "verifiers"           # scores the per-domain RL validation (cfg.eval)
+    max_prompt_tokens: int = 1024
+
+
+def pack_windows(pack: dict[str, torch.Tensor], max_tokens: int | None) -> Iterator[tuple[dict[str, torch.Tensor], int]]:
+    """Cut one pack into windows of whole documents of at most ``max_tokens`` tokens.
+
+    Args:
+        pack: ``input_ids``/``labels``/``position_ids`` int64 ``[T]``, ``cu_seqlens`` int32 ``[D + 1]``.
+    Yields:
+        ``(window, cropped)``: a pack-shaped dict (``cu_seqlens`` from 0) and the tokens cropped from
+        a document longer than ``max_tokens`` (0 otherwise).
+    """
+    cu = pack["cu_seqlens"].tolist()
+    if max_tokens is None or cu[-1] <= max_tokens:
+        yield pack, 0
+        return
+    start, bounds = cu[0], [0]
+    for a, b in itertools.pairwise(cu):
+        if b - start > max_tokens and a > start:  # close the window before this document
+            yield _window(pack, start, a, bounds), 0
+            start, bounds = a, [0]
+        if b - a > max_tokens:  # one document alone is too long: crop it
+            yield _window(pack, a, a + max_tokens, [0]), (b - a) - max_tokens
+            start, bounds = b, [0]
+            continue
+        bounds.append(b - start)
+    if cu[-1] > start:
+        yield _window(pack, start, cu[-1], bounds), 0
+
+
+def _window(pack: dict[str, torch.Tensor], a: int, b: int, bounds: list[int]) -> dict[str, torch.Tensor]:
+    out = {k: pack[k][a:b] for k in ("input_ids", "labels", "position_ids")}
+    if bounds[-1] != b - a:
+        bounds = [*bounds, b - a]
+    out["cu_seqlens"] = torch.tensor(bounds, dtype=torch.int32)
+    return out
+
+
+def packed_forward(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Logits ``[B, T, V]`` of a collated packed batch with document-local attention."""
+    return model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                 attention_mask=document_attention_mask(batch["position_ids"]), use_cache=False).logits
+
+
+def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Backward the SFT loss of one accumulation window; each micro-batch loss is divided by the
+    window's supervised-token count. Returns the window ``loss`` (mean nats/token) and ``tokens``."""
+    num_tokens = sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum()) for b in micro_batches)
+    total = 0.0
+    for b in micro_batches:
+        loss, _ = sft_loss(packed_forward(model, b), b["labels"], position_ids=b["position_ids"],
+                           num_tokens=num_tokens)
+        backward(loss)
+        total += float(loss.detach())
+    return {"loss": total, "supervised_tokens": float(num_tokens)}
+
+
+def _pack_file(dataset: str | Path, split: str) -> Path:
+    p = Path(dataset)
+    return p if p.suffix == ".parquet" else p / f"{split}.parquet"
+
+
+class SFTStage:
+    """Stage runner ``sft`` (entry point ``cascade_rl.stages``)."""
+
+    config_class: ClassVar[type[SFTConfig]] = SFTConfig
+
+    def __init__(self, config: SFTConfig):
+        self.cfg = config
+
+    def _windows(self, datasets: list[Path], split: str, counts: dict[str, int], seed: int) -> Iterator[dict]:
+        packs = [(ds, i) for ds in (PackedDataset(_pack_file(d, split)) for d in datasets) for i in range(len(ds))]
+        if not packs:
+            raise ValueError(f"stage {self.cfg.name}: no packs in {[str(d) for d in datasets]} ({split})")
+        rng = random.Random(seed)
+        while True:  # epochs over a seeded shuffle of the packs
+            rng.shuffle(packs)
+            for ds, i in packs:
+                for window, cropped in pack_windows(ds[i], self.cfg.max_tokens):
+                    counts["cropped_tokens"] = counts.get("cropped_tokens", 0) + cropped
+                    yield window
+            counts["epochs"] = counts.get("epochs", 0) + 1
+
+    def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
+        """Train ``cfg.steps`` optimizer steps from ``init_checkpoint``; returns checkpoint + metrics paths."""
+        cfg = self.cfg
+        with StageRun(cfg, datasets, init_checkpoint) as run:
+            engine, pad = run.engine, run.tokenizer.pad_token_id or 0
+            windows = self._windows(datasets, cfg.split, run.counts, cfg.seed)
+            for step in run.progress(cfg.steps):
+                t0 = time.perf_counter()
+                micro = [collate_packed([next(windows) for _ in range(cfg.micro_batch_size)], pad)
+                         for _ in range(cfg.grad_accum)]
+                stats = accumulate_sft(engine.model, engine.backward, micro)
+                stats.update(engine.step())
+                dt = time.perf_counter() - t0
+                tokens = sum(b["input_ids"].numel() for b in micro)
+                stats.update(step_s=dt, tokens_per_s=tokens / dt)
+                run.log(step, stats)
+            validation = self._validate(run, datasets, pad)
+            return run.finish(validation, curves=("loss", "val_loss", "lr", "tokens_per_s"))
+
+    @torch.no_grad()
+    def _validate(self, run: StageRun, datasets: list[Path], pad: int) -> dict[str, dict[str, float]]:
+        cfg = self.cfg
+        module = run.engine.module
+        module.eval()
+        windows = self._windows(datasets, "validation", {}, cfg.seed)
+        nll = tokens = 0.0
+        for _ in range(cfg.validation_windows):
+            b = collate_packed([next(windows)], pad)
+            _, s = sft_loss(packed_forward(module, b), b["labels"], position_ids=b["position_ids"])
+            nll, tokens = nll + s["nll_sum"], tokens + s["tokens"]
+        module.train()
+        run.last["val_loss"] = nll / max(tokens, 1.0)
+        run.log_.rows[-1]["val_loss"] = run.last["val_loss"]
+        validation: dict[str, dict[str, float]] = {}
+        if cfg.eval.datasets:
+            from stages.environment import PromptBuilder, make_environment
+            from stages.rollout import SamplingConfig, make_rollout_engine
+
+            rollout = make_rollout_engine("hf", module, run.tokenizer, SamplingConfig(batch_size=cfg.eval.batch_size))
+            validation.update(run.validate(rollout, PromptBuilder(run.tokenizer, cfg.max_prompt_tokens),
+                                           make_environment(cfg.environment)))
+        return validation

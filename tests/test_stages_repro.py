@@ -1,0 +1,84 @@
+"""End to end: ``dvc repro`` of the training cascade sft -> if_rl -> multidomain_rl with the default
+params (SmolLM2-135M-Instruct, real packed SFT rows and real RL sets), in a temporary copy of the
+repository. The data stages are not rerun: their outputs are copied in and the training stages are
+reproduced with ``--single-item``; ``data/packed`` is built there by the tokenize and pack stages
+when the repository has none yet."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stages.checkpoints import CheckpointRegistry, read_record
+
+REPO = Path(__file__).resolve().parents[1]
+CASCADE = ["sft", "if_rl", "multidomain_rl"]
+pytestmark = pytest.mark.slow
+
+
+def _run(args, cwd, env):
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def cascade_copy(tmp_path_factory):
+    for need in ("data/sets/rl", "data/sets/sft", "data/assets/SmolLM2-135M-Instruct"):
+        if not (REPO / need).exists():
+            pytest.skip(f"{need} missing: run `dvc repro build asset` first")
+    dst = tmp_path_factory.mktemp("cascade")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        if (REPO / f).is_file():
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, dst / f)
+    for d in ("data/sets", "data/assets", "data/packed"):
+        if (REPO / d).exists():
+            shutil.copytree(REPO / d, dst / d)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1"}
+    _run(["git", "init", "-q"], dst, env)
+    dvc = [sys.executable, "-m", "dvc"]
+    if not (dst / "data/packed").exists():
+        _run([*dvc, "repro", "--single-item", "tokenize", "pack"], dst, env)
+    t0 = time.perf_counter()
+    out = _run([*dvc, "repro", "--single-item", *CASCADE], dst, env)
+    wall = time.perf_counter() - t0
+    print(f"\ndvc repro {' '.join(CASCADE)}: {wall:.0f} s")
+    return dst, env, out, wall
+
+
+def test_cascade_writes_checkpoints_with_lineage_and_per_domain_metrics(cascade_copy):
+    dst, _, out, _ = cascade_copy
+    for stage in CASCADE:
+        assert f"Running stage '{stage}'" in out
+    record = read_record(dst / "data/checkpoints/multidomain_rl")
+    assert record["lineage"] == CASCADE
+    assert set(record["parent_datasets"]) == {"data/packed", "data/sets/rl/instruction_following"}
+    assert record["datasets"]["data/sets/rl/multi_domain"].startswith("md5:")
+    for stage in CASCADE:
+        summary = json.loads((dst / "metrics/train" / f"{stage}.json").read_text())
+        assert summary["steps"] >= 1 and summary["wall_s"] > 0
+        assert {"instruction_following", "stem_mcqa", "tool_calling"} <= set(summary["validation"])
+        for domain, m in summary["validation"].items():
+            assert 0.0 <= m["reward"] <= 1.0 and m["rows"] > 0, (stage, domain)
+        assert (dst / "plots" / f"{stage}.png").read_bytes()[:4] == b"\x89PNG"
+    rl = json.loads((dst / "metrics/train/if_rl.json").read_text())
+    assert "reward_mean" in rl["final"] and rl["counts"]["train_prompts"] > 0
+    best = CheckpointRegistry(dst / "data/checkpoints").best_per_domain()
+    assert set(best) >= {"instruction_following", "stem_mcqa"}
+
+
+def test_second_repro_is_a_noop_and_dvc_lists_training_metrics(cascade_copy):
+    dst, env, _, _ = cascade_copy
+    out = _run([sys.executable, "-m", "dvc", "repro", "--single-item", *CASCADE], dst, env)
+    assert "Running stage" not in out
+    shown = json.loads(_run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], dst, env))
+    assert {f"metrics/train/{s}.json" for s in CASCADE} <= set(shown[""]["data"])
