@@ -30,7 +30,10 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
     loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name,
                                                   dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # the weights are dequantized: no GGUF quantizer on reload
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     if unexpected or [k for k in missing if "lm_head" not in k]:
         raise RuntimeError(f"{gguf_file.name}: state dict mismatch: missing {missing}, unexpected {unexpected}")

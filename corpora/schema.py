@@ -17,6 +17,7 @@ into one readable :class:`RecordError` naming the field.
 from __future__ import annotations
 
 import json
+import uuid as uuidlib
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -33,6 +34,15 @@ RL_DOMAINS: tuple[str, ...] = (
     "math", "code", "instruction_following", "stem_mcqa", "tool_calling",
     "structured_output", "rlhf", "long_context", "swe",
 )
+
+
+#: uuid5 namespace of cascade-rl rows: the same source record always gets the same uuid.
+UUID_NAMESPACE = uuidlib.UUID("8a0c4d2e-53a1-4d7e-9c55-2f0e7f1d6b10")
+
+
+def row_uuid(source: str, key: str) -> str:
+    """The stable uuid of the row ``key`` of ``source`` (uuid5 in :data:`UUID_NAMESPACE`)."""
+    return str(uuidlib.uuid5(UUID_NAMESPACE, f"{source}:{key}"))
 
 
 class RecordError(ValueError):

@@ -69,4 +69,40 @@ def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
 
     out = {name: {split: pl.concat(frames) for split, frames in parts.items()} for name, parts in sets.items()}
     stats = {name: {split: len(df) for split, df in splits.items()} for name, splits in out.items()}
-    return out, [c for c in capped if len(c)], {"sets": stats}
+    mixes, mix_stats = {}, {}
+    for name, spec in (params.get("mixes") or {}).items():
+        mixes[f"rl/{name}"], mix_stats[name] = draw_mix(out, spec["weights"], int(spec["total"]), seed)
+    return {**out, **mixes}, [c for c in capped if len(c)], {"sets": stats, "mixes": mix_stats}
+
+
+def draw_mix(sets: dict[str, dict[str, pl.DataFrame]], weights: dict[str, float], total: int,
+             seed: int) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """A stage mix drawn from the per-domain RL sets in the given proportions.
+
+    ``round(total * weight)`` rows come from each domain's train split (and
+    proportionally from its validation split), lowest seeded rank first; a
+    domain with fewer rows gives all it has and the shortfall is reported.
+    The paper's mixes: multi-domain RL = MCQ 55 %, tools 30 %, structured 15 %;
+    MOPD = math 30 %, IF 30 %, tools 10 %, STEM 15 %, structured 15 % (recipe.md).
+
+    Raises:
+        ValueError: when the weights do not sum to 1 or name a domain without a set.
+    """
+    if abs(sum(weights.values()) - 1.0) > 1e-6:
+        raise ValueError(f"mix weights {weights} sum to {sum(weights.values())}, not 1")
+    missing = sorted(d for d in weights if f"rl/{d}" not in sets)
+    if missing:
+        raise ValueError(f"mix names domains without an RL set: {missing}; sets: {sorted(sets)}")
+    splits: dict[str, list[pl.DataFrame]] = {"train": [], "validation": []}
+    stats: dict[str, Any] = {}
+    for domain, w in weights.items():
+        want = round(total * w)
+        src = sets[f"rl/{domain}"]
+        train = _rank(src["train"], seed).head(want).drop("_rank")
+        n_val = round(len(src["validation"]) * want / max(len(src["train"]), 1))
+        val = _rank(src["validation"], seed).head(n_val).drop("_rank")
+        splits["train"].append(train)
+        splits["validation"].append(val)
+        stats[domain] = {"wanted": want, "train": len(train), "validation": len(val),
+                         "shortfall": max(want - len(train), 0)}
+    return {k: pl.concat(v) for k, v in splits.items()}, stats

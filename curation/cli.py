@@ -2,6 +2,10 @@
 
     cascade fetch | asset | ingest | dedup | decontaminate | validate | build | export
     cascade summary                 per-step counts from metrics/*.json
+    cascade train STAGE             a training stage of params.yaml's cascade (sft, if_rl, ...)
+    cascade report                  per-domain validation across the stages, regressions, lineage
+    cascade swe_tasks               SWE bug-fix tasks from code problems and registered packages
+    cascade solve --checkpoint X    test-time generate -> verify -> refine, pass rate by round
     cascade release --push REPO     upload release/{sft,rl} to the Hub
 
 Every step reads its knobs from ``params.yaml`` (``--params`` to change) and
@@ -41,6 +45,10 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
         reasons = ", ".join(f"{k}={v}" for k, v in r["reasons"].items()) or "-"
         table.add_row(r["step"], str(r["in"]), str(r["out"]), str(r["rejected"]), reasons, str(r["seconds"] or "-"))
     Console().print(table)
+    ingest = next((r for r in rows if r["step"] == "ingest"), None)
+    if ingest:
+        Console().print("ingest counts source records; one record can hold many rows (a generator, a "
+                        "derived set): see rows_out_by_table in metrics/ingest.json", style="dim")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,18 +59,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn in STEPS.items():
-        sub.add_parser(name, help=(fn.__doc__ or name).strip().splitlines()[0])
+        doc = (fn.__doc__ or name).strip().splitlines()[0].replace("``", "")
+        sub.add_parser(name, help=doc, description=doc)
     sub.add_parser("summary", help="print per-step counts from metrics/*.json")
     rel = sub.add_parser("release", help="upload release/sft and release/rl to the Hub")
     rel.add_argument("--push", required=True, metavar="REPO",
                      help="Hub dataset repo prefix: REPO-sft and REPO-rl are created")
     rel.add_argument("--public", action="store_true", help="create public repos (default private)")
+    sub.add_parser("train", help="run a training stage of the cascade (stages/cli.py)").add_argument("stage")
+    sub.add_parser("report", help="per-domain metrics across the cascade's stages (stages/report.py)")
+    sub.add_parser("swe_tasks", help="build SWE bug-fix tasks into data/swe (curation/swe/tasks.py)")
+    from stages.solve import add_arguments as solve_arguments
+
+    solve_arguments(sub.add_parser("solve", help="test-time generate-verify-refine on an RL set (stages/solve.py)"))
     args = parser.parse_args(argv)
+
+    if args.command == "solve":
+        from stages.solve import main as solve_main
+
+        return solve_main(args)
+    if args.command == "swe_tasks":
+        from curation.swe.tasks import run_swe_tasks
+
+        params = load_params(args.params)
+        run_swe_tasks(params["swe_tasks"], params["sources"]["registry"], Path("data/ingested"), Path("data/swe"))
+        return 0
+
+    if args.command == "train":
+        from stages.cli import main as train_main
+
+        return train_main(args.stage, load_params(args.params))
+    if args.command == "report":
+        from stages.report import main as report_main
+
+        return report_main(load_params(args.params))
 
     if args.command == "summary":
         from curation.pipeline import summary
 
-        print_summary(summary())
+        rows = summary()
+        if not rows:
+            print("cascade summary: no metrics/<step>.json here: run `dvc repro` from the repository root",
+                  file=sys.stderr)
+            return 1
+        print_summary(rows)
         return 0
     if args.command == "release":
         from curation.pipeline import RELEASE

@@ -10,7 +10,6 @@ Counts are per source record: ``records_in == records_mapped + records_rejected`
 from __future__ import annotations
 
 import json
-import uuid as uuidlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,9 @@ from rich.progress import track
 from corpora.adapters import get_adapter
 from corpora.readers import read_records
 from corpora.registry import SourceSpec, package_dir
-from corpora.schema import SCHEMAS, RecordError, validate_row
+from corpora.schema import SCHEMAS, RecordError, row_uuid, validate_row
 from curation.io import Rejects, finish_step, write_parquet
 
-#: uuid5 namespace of cascade-rl rows: the same source record always gets the same uuid.
-UUID_NAMESPACE = uuidlib.UUID("8a0c4d2e-53a1-4d7e-9c55-2f0e7f1d6b10")
 _JSON_FIELDS = ("tools", "ground_truth", "kwargs", "metadata")
 
 
@@ -60,7 +57,7 @@ def finalize_row(partial: dict[str, Any], spec: SourceSpec, record_id: str, inde
         RecordError: when the completed row does not validate.
     """
     row = dict(partial)
-    row.setdefault("uuid", str(uuidlib.uuid5(UUID_NAMESPACE, f"{spec.name}:{record_id}:{index}")))
+    row.setdefault("uuid", row_uuid(spec.name, f"{record_id}:{index}"))
     row.setdefault("domain", spec.domain)
     row["source"] = spec.name
     row["source_version"] = spec.source_version
@@ -89,16 +86,18 @@ class SourceResult:
     records_mapped: int = 0
 
 
-def ingest_source(spec: SourceSpec, root: Path, rejects: Rejects) -> SourceResult:
+def ingest_source(spec: SourceSpec, root: Path, rejects: Rejects,
+                  derived_from: dict[str, list[dict[str, Any]]] | None = None) -> SourceResult:
     """Read, adapt and validate every record of ``spec``; rejects go to ``rejects``.
 
     ``root`` is the directory the source's ``path`` is relative to (the fetched
-    package directory for ``pypi`` sources). ``spec.limit`` keeps the first N
+    package directory for ``pypi`` sources); ``derived_from`` holds the rows of
+    earlier sources for a ``derived`` one. ``spec.limit`` keeps the first N
     records (counted as ``limit`` rejects so nothing disappears unaccounted).
     """
     adapt = get_adapter(spec.adapter)
     result = SourceResult()
-    for raw in read_records(spec, root):
+    for raw in read_records(spec, root, derived_from):
         result.records_in += 1
         if spec.limit is not None and result.records_mapped >= spec.limit:
             rejects.add(spec.name, raw.record_id, f"limit: source limit {spec.limit} reached", raw.data)
@@ -128,10 +127,12 @@ def run_ingest(specs: list[SourceSpec], cache: Path, out_dir: Path, root: Path =
     rejects = Rejects("ingest")
     tables: dict[str, list[dict[str, Any]]] = {"sft": [], "rl": [], "benchmarks": []}
     per_source: dict[str, dict[str, int]] = {}
+    produced: dict[str, list[dict[str, Any]]] = {}
     records_in = records_mapped = 0
     for spec in track(specs, description="ingest"):
         before = len(rejects)
-        res = ingest_source(spec, source_root(spec, cache), rejects)
+        res = ingest_source(spec, source_root(spec, cache), rejects, produced)
+        produced[spec.name] = res.rows
         target = "benchmarks" if spec.role == "benchmark" else spec.output
         tables[target].extend(res.rows)
         records_in += res.records_in

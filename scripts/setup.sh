@@ -9,6 +9,10 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 export DVC_NO_ANALYTICS=1 DS_BUILD_OPS=0
 
+# The code verifier's sandbox uses bubblewrap when present (validators/verifiers/sandbox.py
+# falls back to unshare + rlimits and reports which isolation ran); non-root users go on without it.
+command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || true
+
 stamp=".venv/.cascade-installed"
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -18,6 +22,8 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24"
 # torch==2.13.0 resolves to the CPU wheel on these machines; constraints.txt pins the rest.
-.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev]"
+.venv/bin/python -m pip install --progress-bar off --disable-pip-version-check -c constraints.txt \
+  -e ".[dev,distributed]" 2>&1 | { grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true; }
+.venv/bin/python -m pip check >/dev/null || { .venv/bin/python -m pip check; exit 1; }
 [ -d .git ] && .venv/bin/dvc config core.analytics false >/dev/null 2>&1 || true
 echo "$want" > "$stamp"

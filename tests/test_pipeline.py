@@ -25,8 +25,19 @@ def _run(args, cwd, env):
     return proc.stdout
 
 
+def _tiny_teacher(path: Path, tokenizer_dir: Path) -> None:
+    """A 2-layer random Llama with the Qwen3 tokenizer (a template that renders thinking)."""
+    from transformers import AutoTokenizer
+
+    from tests.tiny_lm import tiny_llama
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tiny_llama(len(tok), hidden=16).save_pretrained(path)
+    tok.save_pretrained(path)
+
+
 @pytest.fixture(scope="module")
-def repo_copy(tmp_path_factory):
+def repo_copy(tmp_path_factory, qwen3_tokenizer_dir):
     dst = tmp_path_factory.mktemp("repo")
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                            text=True, check=True).stdout.split()
@@ -36,6 +47,10 @@ def repo_copy(tmp_path_factory):
             shutil.copy2(REPO / f, dst / f)
     params = yaml.safe_load((dst / "params.yaml").read_text())
     params["sources"]["only"] = REDUCED
+    params["build"]["mixes"] = {}  # the reduced set lacks the MCQ/tool/structured domains they draw from
+    _tiny_teacher(dst / "tiny-teacher", qwen3_tokenizer_dir)
+    params["synthesize"].update(teacher="tiny-teacher", domains=["math", "code"], prompts_per_domain=2, k=2,
+                                max_new_tokens=16)
     (dst / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1"}
@@ -46,13 +61,16 @@ def repo_copy(tmp_path_factory):
 
 def test_repro_writes_every_step_with_balanced_counts(repo_copy):
     dst, _ = repo_copy
-    for step in ("ingest", "dedup", "decontaminate", "validate", "build", "export"):
+    for step in ("ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "export"):
         m = json.loads((dst / "metrics" / f"{step}.json").read_text())
         assert m["rows_in"] == m["rows_out"] + m["rows_rejected"], step
         assert pq.read_table(dst / "rejects" / f"{step}.parquet").num_rows == m["rows_rejected"]
     ingest = json.loads((dst / "metrics" / "ingest.json").read_text())
     assert set(ingest["per_source"]) == set(REDUCED)
     assert ingest["per_source"]["math500"]["rows_out"] == 500
+    synth = json.loads((dst / "metrics" / "synthesize.json").read_text())
+    assert synth["prompts"] == 4 and synth["rows_in"] == 8  # 2 domains x 2 prompts x k=2 responses
+    assert synth["teacher"] == "tiny-teacher"
 
 
 def test_math500_problems_are_removed_from_math_train_by_decontamination(repo_copy):

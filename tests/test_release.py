@@ -123,3 +123,13 @@ def test_push_refuses_bad_split_file_before_any_call(tmp_path):
     with pytest.raises(ValueError, match="train-v2"):
         push_release(tmp_path / "rel", "me/x", token="t", api=api)
     assert api.calls == []
+
+
+def test_mixed_license_rows_export_only_when_every_part_is_cleared():
+    from curation.release import license_filter
+
+    df = rl_table(["a", "b", "c"], license=["mixed:Apache-2.0,MIT", "mixed:MIT,none", "MIT"])
+    ok, refused = license_filter(df, [])
+    assert ok["uuid"].to_list() == ["b0", "b2"] and refused["uuid"].to_list() == ["b1"]
+    ok, _ = license_filter(df, ["none"])
+    assert len(ok) == 3

@@ -31,7 +31,7 @@ from corpora.registry import SourceSpec
 Adapter = Callable[[Any, SourceSpec, Path], "dict[str, Any] | list[dict[str, Any]]"]
 
 _ADAPTERS: dict[str, Adapter] = {}
-_MODULES = ("chat", "math", "code", "mcqa", "instructions", "tools", "hf")
+_MODULES = ("chat", "math", "code", "mcqa", "instructions", "tools", "hf", "derived", "swe")
 
 
 def adapter(name: str) -> Callable[[Adapter], Adapter]:

@@ -15,6 +15,7 @@ from corpora.adapters import adapter
 from corpora.adapters._common import jsonable, require, text, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
+from validators.verifiers.math import last_boxed
 
 #: The instruction NVIDIA's math RL prompts carry (OpenMathReasoning / Nemotron convention).
 BOXED_INSTRUCTION = "Solve the following math problem. Make sure to put the answer (and only answer) inside \\boxed{}."
@@ -23,23 +24,6 @@ BOXED_INSTRUCTION = "Solve the following math problem. Make sure to put the answ
 def math_prompt(problem: str) -> str:
     """The user prompt of a math RL row: the boxed-answer instruction, then the problem."""
     return f"{BOXED_INSTRUCTION}\n\n{problem}"
-
-
-def last_boxed(solution: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``solution``, braces balanced."""
-    start = max(solution.rfind("\\boxed{"), solution.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    i = solution.index("{", start)
-    depth = 0
-    for k in range(i, len(solution)):
-        if solution[k] == "{":
-            depth += 1
-        elif solution[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return solution[i + 1:k].strip()
-    return None
 
 
 def _level(value: Any) -> Any:

@@ -1,0 +1,151 @@
+"""Derived sources: RL rows built from the canonical rows of earlier sources.
+
+``raw`` is ``{"seeds": {source: [canonical rows]}}`` (see
+:func:`corpora.readers.read_records`). Each row's ``uuid`` comes from its seed
+(``row_uuid(source, seed uuid)``), so it is stable when counts change, its
+``license`` is the seed's, and ``metadata`` names the seed row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from corpora.adapters import adapter
+from corpora.adapters._common import user
+from corpora.registry import SourceSpec
+from corpora.schema import RecordError, row_uuid
+from curation.rl.if_constraints import INSTRUCTIONS, compose
+from curation.rl.long_context import fill_haystack, make_task
+
+
+def _rank(rows: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """Rows in a seeded, stable pseudo-random order (md5 of seed and uuid)."""
+    return sorted(rows, key=lambda r: hashlib.md5(f"{seed}:{r['uuid']}".encode()).hexdigest())
+
+
+def _first_user(row: dict[str, Any]) -> str | None:
+    msgs = row.get("messages") or row["responses_create_params"]["input"]
+    return next((m["content"] for m in msgs if m["role"] == "user"), None)
+
+
+def _option(spec: SourceSpec, key: str) -> Any:
+    if key not in spec.options:
+        raise RecordError(f"options.{key}: missing in the registry entry of {spec.name!r}")
+    return spec.options[key]
+
+
+@adapter("if_constraints")
+def if_constraints(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
+    """IF-RL prompts: IFEval constraints composed onto the first user turn of seed rows.
+
+    Options: ``count`` (prompts: a total, or ``{seed source: prompts}``), ``seed``,
+    ``max_constraints`` (1-3),
+    ``min_chars``/``max_chars`` (seed prompt length), ``exclude`` (instruction ids
+    never drawn). Seeds containing code fences are skipped (constraints such as
+    "no commas" would fight the code).
+    """
+    seed, count = int(_option(spec, "seed")), _option(spec, "count")
+    quota = {src: int(count[src]) if isinstance(count, dict) else int(count) for src in raw["seeds"]}
+    allowed = frozenset(INSTRUCTIONS) - set(spec.options.get("exclude", []))
+    lo, hi = int(spec.options.get("min_chars", 20)), int(spec.options.get("max_chars", 1500))
+    seeds = [(src, r) for src, rows in raw["seeds"].items() for r in rows]
+    ranked = sorted(seeds, key=lambda sr: hashlib.md5(f"{seed}:{sr[1]['uuid']}".encode()).hexdigest())
+    out: list[dict[str, Any]] = []
+    taken = dict.fromkeys(quota, 0)
+    total = sum(quota.values()) if isinstance(count, dict) else int(count)
+    for src, row in ranked:
+        if len(out) == total or taken[src] == quota[src]:
+            continue
+        text = _first_user(row)
+        if text is None or not lo <= len(text.strip()) <= hi or "```" in text:
+            continue
+        taken[src] += 1
+        task = compose(text.strip(), row["uuid"], seed, int(spec.options.get("max_constraints", 3)), allowed)
+        out.append({"uuid": row_uuid(spec.name, row["uuid"]), "domain": "instruction_following",
+                    "responses_create_params": {"input": user(task["prompt"])},
+                    "agent_ref": "instruction_following", "instruction_id_list": task["instruction_id_list"],
+                    "kwargs": task["kwargs"], "license": row["license"],
+                    "metadata": {"seed_uuid": row["uuid"], "seed_source": src, "question": text.strip()}})
+    return out
+
+
+@adapter("structured_output")
+def structured_output(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
+    """Structured-output tasks from the real function schemas of tool-calling rows.
+
+    Each distinct function (name + parameter schema) of the seeds' ``tools``
+    becomes one task: write a realistic arguments object for it, valid under its
+    parameter JSON Schema, which is the ``ground_truth`` (``{"schema": ...}``).
+    Options: ``count``, ``seed``.
+    """
+    seed, count = int(_option(spec, "seed")), int(_option(spec, "count"))
+    seen: set[str] = set()
+    out = []
+    for src, rows in raw["seeds"].items():
+        for row in _rank(rows, seed):
+            for tool in json.loads(row["responses_create_params"]["tools"] or "[]"):
+                fn = tool.get("function", {})
+                schema = fn.get("parameters") or {}
+                key = json.dumps([fn.get("name"), schema], sort_keys=True)
+                if len(out) == count or key in seen or not schema.get("properties"):
+                    continue
+                seen.add(key)
+                prompt = (f"A program calls the function `{fn['name']}`: {fn.get('description', '').strip()}\n\n"
+                          "Write a realistic example of the arguments object it could receive. Reply with only "
+                          "a JSON object that is valid under this JSON Schema:\n\n```json\n"
+                          f"{json.dumps(schema, indent=2)}\n```")
+                out.append({"uuid": row_uuid(spec.name, key), "domain": "structured_output",
+                            "responses_create_params": {"input": user(prompt)}, "agent_ref": "structured_output",
+                            "ground_truth": {"schema": schema}, "license": row["license"],
+                            "metadata": {"seed_uuid": row["uuid"], "seed_source": src, "function": fn["name"]}})
+    return out
+
+
+@adapter("long_context")
+def long_context(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
+    """RULER-style needle and multi-hop retrieval tasks over haystacks of the seeds' text.
+
+    Options: ``lengths`` (target prompt lengths in tokens), ``per_length`` (tasks
+    per length and kind), ``kinds`` (``needle``, ``multi_hop``), ``seed``,
+    ``tokenizer`` (an HF tokenizer directory; lengths are measured with it). The
+    haystack is every turn of the seed rows, in seeded order, rotated per task.
+    The license of a task is the most restrictive of its haystack's if they
+    differ, recorded as ``mixed:<licenses>``.
+    """
+    from transformers import AutoTokenizer
+
+    seed = int(_option(spec, "seed"))
+    tok_dir = Path(_option(spec, "tokenizer"))
+    if not tok_dir.exists():
+        raise RecordError(f"options.tokenizer: {tok_dir} not found (run `cascade fetch` first)")
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    docs = [(r, "\n".join(m["content"] for m in (r.get("messages") or r["responses_create_params"]["input"])))
+            for rows in raw["seeds"].values() for r in _rank(rows, seed)]
+    texts = [t for _, t in docs]
+    if not texts:
+        raise RecordError(f"seeds: the sources {spec.patterns} produced no rows to build haystacks from")
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    rng = random.Random(seed)
+    out = []
+    for target in _option(spec, "lengths"):
+        for kind in spec.options.get("kinds", ["needle", "multi_hop"]):
+            for i in range(int(_option(spec, "per_length"))):
+                start = rng.randrange(len(texts))
+                order = list(range(start, len(texts))) + list(range(start))
+                budget = int(target * 0.95) - 64  # room for needles, question and chat template
+                picked = fill_haystack([texts[j] for j in order], [lengths[j] for j in order], budget)
+                task = make_task(kind, picked, rng)
+                licenses = sorted({docs[j][0]["license"] for j in order[:len(picked)]})
+                measured = len(tokenizer(task["prompt"], add_special_tokens=False)["input_ids"])
+                out.append({"uuid": row_uuid(spec.name, f"{target}:{kind}:{i}"), "domain": "long_context",
+                            "responses_create_params": {"input": user(task["prompt"])}, "agent_ref": "long_context",
+                            "ground_truth": {"answers": task["answers"], "match": "all"},
+                            "license": licenses[0] if len(licenses) == 1 else "mixed:" + ",".join(licenses),
+                            "metadata": {"kind": kind, "target_tokens": target, "prompt_tokens": measured,
+                                         "depths": task["depths"], "haystack_docs": len(picked),
+                                         "tokenizer": tok_dir.name}})
+    return out

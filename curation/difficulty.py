@@ -1,0 +1,183 @@
+"""Difficulty filtering: measure each RL prompt's pass rate with the policy, keep the informative ones.
+
+For every row, ``n`` responses are sampled with a rollout engine of the stage
+runners (CPU: transformers ``generate``; GPU: vLLM) from the prompt rendered by
+the tokenizer's chat template, scored by the row's verifier, and recorded as
+``pass_rate_total = n``, ``pass_rate_passed = c``, ``pass_rate = c / n``. A row
+is kept when ``min < pass_rate < max`` (strict; the paper drops prompts a
+strong model solves n/n, and prompts nobody solves carry no GRPO signal
+either: their group rewards are all equal).
+
+Generations are cached per (row uuid, model, sampling parameters) as parquet
+chunks under ``cache_dir/<key>/``: changing the bounds re-filters without
+generating, and a run killed midway resumes at the first chunk not written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from tqdm import tqdm
+
+from curation.io import write_parquet
+
+RESULT_SCHEMA = {"uuid": pl.Utf8, "pass_rate_total": pl.Int64, "pass_rate_passed": pl.Int64,
+                 "responses": pl.List(pl.Utf8), "rewards": pl.List(pl.Float64), "reasons": pl.List(pl.Utf8)}
+
+
+def cache_key(model_id: str, sampling: dict[str, Any], n: int) -> str:
+    """Directory name of a generation cache: model and sampling parameters, hashed (16 hex)."""
+    blob = json.dumps({"model": model_id, "sampling": sampling, "n": n}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_cache(cache: Path) -> pl.DataFrame:
+    """All results cached in ``cache`` (empty frame with :data:`RESULT_SCHEMA` when none)."""
+    files = sorted(cache.glob("chunk-*.parquet"))
+    if not files:
+        return pl.DataFrame(schema=RESULT_SCHEMA)
+    return pl.concat([pl.read_parquet(f) for f in files]).unique("uuid", keep="last", maintain_order=True)
+
+
+def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]], list[list[str]]],
+            score: Callable[[list[str], list[dict[str, Any]]], list[Any]], cache: Path,
+            chunk_rows: int = 8) -> tuple[pl.DataFrame, dict[str, float]]:
+    """Pass rates of ``rows``, generating only what ``cache`` lacks.
+
+    Args:
+        rows: canonical RL rows (dicts).
+        sample: ``rows -> n responses per row`` (the rollout engine behind the chat template).
+        score: ``(responses, rows) -> verdicts`` with ``.reward`` and ``.passed`` (the verifiers'
+            ``verify_batch``), one verdict per response.
+        cache: this (model, sampling) pair's cache directory.
+
+    Returns:
+        (results with :data:`RESULT_SCHEMA` for every row, stats: ``generated_rows``,
+        ``rollouts``, ``rollouts_per_s``).
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    done = set(load_cache(cache)["uuid"])
+    todo = [r for r in rows if r["uuid"] not in done]
+    start, n_rollouts = time.perf_counter(), 0
+    offset = len(list(cache.glob("chunk-*.parquet")))
+    for k, i in enumerate(tqdm(range(0, len(todo), chunk_rows), desc="pass rates", unit="chunk")):
+        chunk = todo[i:i + chunk_rows]
+        responses = sample(chunk)
+        flat_rows = [row for row, rs in zip(chunk, responses, strict=True) for _ in rs]
+        verdicts = score([r for rs in responses for r in rs], flat_rows)
+        if len(verdicts) != len(flat_rows):
+            raise RuntimeError(f"{len(verdicts)} verdicts for {len(flat_rows)} responses")
+        out, pos = [], 0
+        for row, rs in zip(chunk, responses, strict=True):
+            vs = verdicts[pos:pos + len(rs)]
+            pos += len(rs)
+            out.append({"uuid": row["uuid"], "pass_rate_total": len(rs),
+                        "pass_rate_passed": sum(bool(v.passed) for v in vs), "responses": rs,
+                        "rewards": [float(v.reward) for v in vs], "reasons": [v.reason for v in vs]})
+            n_rollouts += len(rs)
+        write_parquet(pl.DataFrame(out, schema=RESULT_SCHEMA), cache / f"chunk-{offset + k:06d}.parquet")
+    elapsed = time.perf_counter() - start
+    results = load_cache(cache).filter(pl.col("uuid").is_in([r["uuid"] for r in rows]))
+    return results, {"generated_rows": len(todo), "rollouts": n_rollouts,
+                     "rollouts_per_s": round(n_rollouts / elapsed, 3) if n_rollouts else 0.0}
+
+
+def apply_pass_rates(rows: pl.DataFrame, results: pl.DataFrame, lo: float, hi: float
+                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Fill ``pass_rate*`` of ``rows`` from ``results`` and split by ``lo < pass_rate < hi``.
+
+    Returns (kept, dropped with ``reason`` ``too_easy: c/n`` or ``too_hard: c/n``);
+    rows without a result are an error.
+
+    Raises:
+        ValueError: naming a row that has no measured pass rate.
+    """
+    joined = rows.drop("pass_rate", "pass_rate_total", "pass_rate_passed").join(
+        results.select("uuid", "pass_rate_total", "pass_rate_passed"), on="uuid", how="left",
+        maintain_order="left")
+    missing = joined.filter(pl.col("pass_rate_total").is_null())
+    if len(missing):
+        raise ValueError(f"row {missing['uuid'][0]} has no measured pass rate ({len(missing)} rows)")
+    joined = joined.with_columns((pl.col("pass_rate_passed") / pl.col("pass_rate_total")).alias("pass_rate"))
+    joined = joined.select(rows.columns)
+    keep = (pl.col("pass_rate") > lo) & (pl.col("pass_rate") < hi)
+    frac = pl.format("{}/{}", "pass_rate_passed", "pass_rate_total")
+    dropped = joined.filter(~keep).with_columns(
+        pl.when(pl.col("pass_rate") >= hi).then(pl.format("too_easy: {}", frac))
+        .otherwise(pl.format("too_hard: {}", frac)).alias("reason"))
+    return joined.filter(keep), dropped
+
+
+@dataclass
+class Verdictish:
+    """A pass/fail outcome with a reason, shaped like a verifier's ``Verdict`` for
+    rows graded by a rule rather than a verifier (``reward`` is 1.0 or 0.0)."""
+
+    passed: bool
+    reason: str
+
+    @property
+    def reward(self) -> float:
+        return float(self.passed)
+
+
+def policy_sampler(model_dir: str, engine: str, sampling: dict[str, Any], n: int, thinking: bool = False,
+                   seed: int | None = None) -> Callable[[list[dict[str, Any]]], list[list[str]]]:
+    """``rows -> n responses each`` with the model in ``model_dir``, prompts rendered by its
+    chat template (tools included; ``enable_thinking`` passed to templates that read it),
+    through the stage runners' rollout engine ``engine``. With ``seed`` the torch RNG is
+    seeded from it and the rows' uuids before each call, so a batch samples the same way
+    whatever was generated before it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from stages.rollout import SamplingConfig, make_rollout_engine
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    rollout = make_rollout_engine(engine, model, tokenizer, SamplingConfig(**sampling), model_path=model_dir)
+
+    def sample(rows: list[dict[str, Any]]) -> list[list[str]]:
+        prompts = []
+        for row in rows:
+            rcp = row["responses_create_params"]
+            msgs = [{"role": m["role"], "content": m["content"]} for m in rcp["input"]]
+            tools = json.loads(rcp.get("tools") or "[]") or None
+            prompts.append(list(tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=True,
+                                                              tokenize=True, return_dict=False,
+                                                              enable_thinking=thinking)))
+        if seed is not None:
+            digest = hashlib.sha256(f"{seed}:{','.join(r['uuid'] for r in rows)}".encode()).hexdigest()
+            torch.manual_seed(int(digest[:15], 16))
+        out = rollout.generate(prompts, n)
+        return [out.texts[i * n:(i + 1) * n] for i in range(len(rows))]
+
+    return sample
+
+
+def histogram_png(rates: dict[str, list[float]], n: int, path: Path) -> None:
+    """One pass-rate histogram per set (bins at c/n), written atomically as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from curation.io import atomic_path
+
+    fig, axes = plt.subplots(1, max(len(rates), 1), figsize=(3 * max(len(rates), 1), 2.6), squeeze=False)
+    for ax, (name, values) in zip(axes[0], sorted(rates.items()), strict=False):
+        ax.hist(values, bins=[(i - 0.5) / n for i in range(n + 2)], color="#4c72b0")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("pass rate")
+    axes[0][0].set_ylabel("prompts")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)

@@ -1,0 +1,124 @@
+"""SFT data synthesis: teacher responses, kept only when verified (rejection sampling).
+
+For prompts of the RL tables (math, code, instruction following, STEM multiple
+choice, tool calling; chat prompts with a format filter), ``k`` responses per
+prompt are sampled from a teacher through the stage runners' rollout engine
+(thinking on where the chat template supports it), each checked by its
+domain's verifier, and up to ``m`` verified ones per prompt become SFT rows:
+the reasoning (inside ``<think>...</think>``) goes to ``reasoning_content``,
+the answer to ``content``, the teacher to ``generator``, and the verdict,
+sampling parameters and seed to ``metadata``. This is the recipe of the
+paper's SFT data (teacher responses filtered by verification, arXiv
+2603.19220 section 2) on a laptop scale.
+
+Generations are cached by (prompt, teacher, sampling parameters, seed) through
+:mod:`curation.difficulty`, so a new ``m`` or filter regenerates nothing and a
+killed run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+
+from corpora.schema import SCHEMAS, row_uuid, validate_row
+from curation.io import Rejects
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+#: RL domain of a prompt -> SFT domain of the synthesized conversation.
+SFT_DOMAIN = {"math": "math", "code": "code", "instruction_following": "instruction_following",
+              "stem_mcqa": "science", "tool_calling": "conversational_agent", "rlhf": "chat"}
+
+
+def split_reasoning(response: str) -> tuple[str | None, str] | None:
+    """``(reasoning, answer)`` of a response; ``None`` when a ``<think>`` block never closes.
+
+    The reasoning is the text inside the last closed think block (``None`` when
+    there is none); the answer is what follows it, stripped.
+    """
+    if THINK_CLOSE in response:
+        head, answer = response.rsplit(THINK_CLOSE, 1)
+        return head.rsplit(THINK_OPEN, 1)[-1].strip() or None, answer.strip()
+    if THINK_OPEN in response:
+        return None
+    return None, response.strip()
+
+
+def format_filter(response: str, min_chars: int, max_chars: int) -> tuple[bool, str]:
+    """The acceptance rule for domains without a verifier (chat): a closed reasoning
+    block, and an answer of ``min_chars``..``max_chars`` characters that does not
+    repeat one line more than three times. Returns ``(passed, reason)``."""
+    parts = split_reasoning(response)
+    if parts is None:
+        return False, "unclosed_think"
+    answer = parts[1]
+    if not min_chars <= len(answer) <= max_chars:
+        return False, f"length: {len(answer)} chars"
+    lines = [ln.strip() for ln in answer.splitlines() if ln.strip()]
+    if lines and max(lines.count(ln) for ln in set(lines)) > 3:
+        return False, "repetition"
+    return True, "format_ok"
+
+
+def select_verified(prompts: pl.DataFrame, results: pl.DataFrame, m: int, teacher: str,
+                    sampling: dict[str, Any], seed: int, rejects: Rejects) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """SFT rows from the first ``m`` passing responses of each prompt; every other
+    response goes to ``rejects`` with its reason (the verifier's, ``unclosed_think``,
+    ``empty_answer`` or ``over_m``).
+
+    Args:
+        prompts: canonical RL rows (the prompts sampled from).
+        results: :data:`curation.difficulty.RESULT_SCHEMA` rows (responses, rewards, reasons) per prompt uuid.
+        m: responses kept per prompt at most.
+
+    Returns:
+        (validated SFT rows, stats: responses, kept, ``verdicts`` counted by reason
+        category, ``kept_by_domain``).
+    """
+    def drop(prompt: dict[str, Any], i: int, reason: str, text: str) -> None:
+        rejects.add(prompt["source"], f"{prompt['uuid']}:{i}", reason or "failed", {"response": text})
+
+    by_uuid = {r["uuid"]: r for r in results.to_dicts()}
+    rows, verdicts, kept_by_domain, n_resp = [], {}, {}, 0
+    for prompt in prompts.to_dicts():
+        res = by_uuid.get(prompt["uuid"])
+        if res is None:
+            continue
+        kept = 0
+        for i, (text, reward, reason) in enumerate(zip(res["responses"], res["rewards"], res["reasons"],
+                                                      strict=True)):
+            n_resp += 1
+            key = reason.split(":")[0] if reason else "unknown"
+            verdicts[key] = verdicts.get(key, 0) + 1
+            parts = split_reasoning(text)
+            if reward < 1.0:
+                drop(prompt, i, reason, text)
+                continue
+            if parts is None or not parts[1]:
+                drop(prompt, i, "unclosed_think" if parts is None else "empty_answer", text)
+                continue
+            if kept >= m:
+                drop(prompt, i, f"over_m: {m} responses kept already", text)
+                continue
+            reasoning, answer = parts
+            msgs = [{"role": x["role"], "content": x["content"]} for x in prompt["responses_create_params"]["input"]]
+            msgs.append({"role": "assistant", "content": answer, "reasoning_content": reasoning})
+            rows.append(validate_row("sft", {
+                "uuid": row_uuid("synthesized", f"{prompt['uuid']}:{teacher}:{seed}:{i}"),
+                "messages": msgs, "tools": prompt["responses_create_params"]["tools"] or "[]",
+                "domain": SFT_DOMAIN[prompt["domain"]], "source": f"synth:{prompt['source']}",
+                "source_version": prompt["source_version"], "license": prompt["license"], "generator": teacher,
+                "metadata": json.dumps({"prompt_uuid": prompt["uuid"], "sample": i, "verdict": reason,
+                                        "reward": reward, "sampling": sampling, "seed": seed})}))
+            kept += 1
+            kept_by_domain[prompt["domain"]] = kept_by_domain.get(prompt["domain"], 0) + 1
+    return rows, {"responses": n_resp, "kept": len(rows), "verdicts": dict(sorted(verdicts.items())),
+                  "kept_by_domain": dict(sorted(kept_by_domain.items()))}
+
+
+def empty_sft() -> pl.DataFrame:
+    """An empty SFT table with the canonical schema."""
+    return pl.from_arrow(SCHEMAS["sft"].empty_table())

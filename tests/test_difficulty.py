@@ -1,0 +1,73 @@
+from dataclasses import dataclass
+
+import pytest
+
+from curation.difficulty import apply_pass_rates, cache_key, load_cache, measure
+from tests.handed import handed_case
+from tests.rows import rl_table
+
+
+@dataclass
+class V:
+    reward: float
+    passed: bool
+    reason: str = ""
+
+
+def _score(responses, rows):
+    return [V(float(r == "yes"), r == "yes") for r in responses]
+
+
+def test_filter01_pass_rates_and_strict_bounds(tmp_path):
+    case = handed_case("FILTER-01")
+    results = case["input"]["filter"]["results"]
+    rows = rl_table(list(results), prefix="p")
+    by_uuid = {f"p{i}": outcome for i, outcome in enumerate(results.values())}
+
+    def sample(chunk):
+        return [["yes" if x else "no" for x in by_uuid[r["uuid"]]] for r in chunk]
+
+    res, stats = measure(rows.to_dicts(), sample, _score, tmp_path / "c", chunk_rows=3)
+    assert stats["rollouts"] == sum(len(v) for v in results.values())
+    kept, dropped = apply_pass_rates(rows, res, 0.0, 1.0)
+    names = list(results)
+    assert [names[int(u[1:])] for u in kept["uuid"]] == case["expected"]["kept"]
+    rates = dict(zip([names[int(u[1:])] for u in kept["uuid"]], kept["pass_rate"], strict=True))
+    rates |= {names[int(u[1:])]: p for u, p in zip(dropped["uuid"], dropped["pass_rate"], strict=True)}
+    assert rates == case["expected"]["pass_rate"]
+    assert sorted(dropped["reason"]) == ["too_easy: 8/8", "too_hard: 0/8"]
+    assert kept.filter(kept["uuid"] == "p2")["pass_rate_passed"].item() == 3
+
+
+def test_cache_resumes_and_rebounds_without_generating(tmp_path):
+    rows = rl_table([f"q{i}" for i in range(10)]).to_dicts()
+    calls = []
+
+    def sample(chunk):
+        calls.append(len(chunk))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed midway
+        return [["yes", "no"] for _ in chunk]
+
+    with pytest.raises(KeyboardInterrupt):
+        measure(rows, sample, _score, tmp_path, chunk_rows=4)
+    assert len(load_cache(tmp_path)) == 4  # the first chunk survived, nothing half-written
+    calls.clear()
+    res, stats = measure(rows, lambda c: [["yes", "no"] for _ in c], _score, tmp_path, chunk_rows=4)
+    assert stats["generated_rows"] == 6 and len(res) == 10
+    _, stats = measure(rows, sample, _score, tmp_path, chunk_rows=4)
+    assert stats["generated_rows"] == 0 and calls == []
+
+
+def test_cache_key_changes_with_model_and_sampling():
+    a = cache_key("m", {"temperature": 1.0}, 8)
+    assert a == cache_key("m", {"temperature": 1.0}, 8)
+    assert len({a, cache_key("m2", {"temperature": 1.0}, 8), cache_key("m", {"temperature": 0.7}, 8),
+                cache_key("m", {"temperature": 1.0}, 4)}) == 4
+
+
+def test_unmeasured_row_is_an_error(tmp_path):
+    rows = rl_table(["a", "b"])
+    res, _ = measure(rows.head(1).to_dicts(), lambda c: [["yes"]], _score, tmp_path)
+    with pytest.raises(ValueError, match="row b1 has no measured pass rate"):
+        apply_pass_rates(rows, res, 0.0, 1.0)
