@@ -143,6 +143,12 @@ def step_build(params: dict[str, Any]) -> dict[str, Any]:
 FILTERED = Path("data/filtered")
 
 
+def prompt_chars() -> pl.Expr:
+    """Characters of an RL row's prompt turns (a cheap bound on its prefill cost)."""
+    return (pl.col("responses_create_params").struct.field("input")
+            .list.eval(pl.element().struct.field("content").str.len_chars()).list.sum())
+
+
 def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``."""
     from curation.difficulty import apply_pass_rates, cache_key, histogram_png, measure, policy_sampler
@@ -159,12 +165,15 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     rejects, rows_in, rows_out, stats, rates = Rejects("difficulty"), 0, 0, {}, {}
     for name in p["sets"]:
         train = _load(SETS / "rl" / name / "train.parquet")
-        ranked = train.with_columns(md5_hex(train["uuid"], "difficulty:").alias("_r")).sort("_r").drop("_r")
-        todo, skipped = ranked.head(int(p["max_rows_per_set"])), ranked.slice(int(p["max_rows_per_set"]))
+        ranked = train.with_columns(md5_hex(train["uuid"], "difficulty:").alias("_r"),
+                                    (prompt_chars() > int(p["max_prompt_chars"])).alias("_long")).sort("_long", "_r")
+        todo = ranked.filter(~pl.col("_long")).head(int(p["max_rows_per_set"])).drop("_r", "_long")
+        skipped = ranked.join(todo.select("uuid"), on="uuid", how="anti").drop("_r", "_long")
         results, st = measure(todo.to_dicts(), sample, score, cache)
         kept, dropped = apply_pass_rates(todo, results, float(p["min"]), float(p["max"]))
         rejects.extend_frame(dropped)
-        rejects.extend_frame(skipped.with_columns(pl.lit("not_measured: beyond max_rows_per_set").alias("reason")))
+        rejects.extend_frame(skipped.with_columns(
+            pl.lit("not_measured: beyond max_rows_per_set or longer than max_prompt_chars").alias("reason")))
         write_parquet(kept.to_arrow(), FILTERED / "rl" / name / "train.parquet", SCHEMAS["rl"])
         write_parquet(_load(SETS / "rl" / name / "validation.parquet").to_arrow(),
                       FILTERED / "rl" / name / "validation.parquet", SCHEMAS["rl"])
@@ -188,7 +197,7 @@ def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
     p = params["synthesize"]
     sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
     teacher = Path(p["teacher"]).name
-    rl = _load(INGESTED / "rl.parquet")
+    rl = _load(INGESTED / "rl.parquet").filter(prompt_chars() <= int(p["max_prompt_chars"]))
     ranked = rl.with_columns(md5_hex(rl["uuid"], f"synthesize:{p['seed']}:").alias("_r")).sort("_r").drop("_r")
     prompts = pl.concat([ranked.head(0)] + [ranked.filter(pl.col("domain") == d).head(int(p["prompts_per_domain"]))
                                             for d in p["domains"]])
