@@ -1,0 +1,123 @@
+"""MOPD step time against TRL's on-policy ``DistillationTrainer``, same tiny student, teacher and batch.
+
+    python -m benchmarks.mopd [--steps 5] [--prompts 4] [--rollouts 4] [--max-new-tokens 32]
+
+Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer) and TRL (``pip install -e .[bench]``).
+Student: Llama hidden ``--hidden`` x 2 layers; teacher: hidden ``2 * --hidden`` x 2 layers; both
+built from a config with the SmolLM2 tokenizer (49,152 tokens). One step = sample ``prompts x
+rollouts`` responses of ``max-new-tokens`` tokens from the student (HF ``generate``, temperature 1,
+top-p 1), score them with the teacher, one forward/backward, one AdamW step:
+
+- ``stages.mopd.MOPDStage``: sampled-token reverse KL with ICE-POP weights (recipe §MOPD), the
+  teacher kept loaded (one teacher), validation off;
+- ``trl.DistillationTrainer`` (TRL 1.16; on-policy by construction, ``beta=1``: reverse KL over the
+  full vocabulary, chunked), ``bf16=False``, gradient checkpointing off, each prompt repeated
+  ``rollouts`` times in one batch (TRL samples one completion per row).
+
+Median seconds per step after one warm-up step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.grpo import ASSET, PROMPTS, tiny_model
+
+
+def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, float]]:
+    from curation.io import write_parquet
+    from stages.environment import FunctionEnvironment
+    from stages.mopd import MOPDConfig, MOPDStage
+    from tests.rows import rl_table
+
+    table = rl_table(PROMPTS[:a.prompts], domain=["bench"] * a.prompts)
+    for split in ("train", "validation"):
+        write_parquet(table, work / "set" / f"{split}.parquet")
+    n = a.prompts * a.rollouts
+    cfg = MOPDConfig(name="bench", runner="mopd", datasets=[str(work / "set")], steps=a.steps + 1,
+                     prompts_per_step=a.prompts, rollouts_per_prompt=a.rollouts, micro_batch_size=n,
+                     teachers={"bench": str(teacher_dir)}, sampling={"max_new_tokens": a.max_new_tokens,
+                                                                     "batch_size": n},
+                     optim={"lr": 1e-5}, checkpoint_root=str(work / "ck"), metrics_dir=str(work / "m"),
+                     plots_dir=str(work / "p"))
+    MOPDStage(cfg, environment=FunctionEnvironment(lambda text, row: 0.0)).run(cfg.datasets, model_dir)
+    return [{k: float(r[k]) for k in ("step_s", "generate_s", "teacher_s")}
+            for r in csv.DictReader((work / "p" / "bench.csv").open())][1:]
+
+
+def trl(tok, model_dir: Path, teacher_dir: Path, work: Path, a) -> list[float]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import DistillationConfig, DistillationTrainer
+
+    class Timer(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.times.append(time.perf_counter() - self.t0)
+
+    rows = [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts] for _ in range(a.rollouts)]
+    args = DistillationConfig(output_dir=str(work / "trl"), per_device_train_batch_size=len(rows),
+                              max_completion_length=a.max_new_tokens, beta=1.0, temperature=1.0, top_p=1.0, top_k=0,
+                              bf16=False, gradient_checkpointing=False, learning_rate=1e-5, max_steps=a.steps + 1,
+                              logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
+                              disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
+    timer = Timer()
+    trainer = DistillationTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                                  teacher_model=AutoModelForCausalLM.from_pretrained(teacher_dir), args=args,
+                                  train_dataset=Dataset.from_list(rows * (a.steps + 1)), processing_class=tok,
+                                  callbacks=[timer])
+    trainer.train()
+    return timer.times[1:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--rollouts", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--hidden", type=int, default=64)
+    a = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ASSET)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name, hidden, seed in (("student", a.hidden, 0), ("teacher", 2 * a.hidden, 1)):
+            tiny_model(tok, hidden, 2, seed).save_pretrained(work / name)
+            tok.save_pretrained(work / name)
+        ours_rows = ours(work / "student", work / "teacher", work, a)
+        ours_t = [r["step_s"] for r in ours_rows]
+        trl_t = trl(tok, work / "student", work / "teacher", work, a)
+    t = Table(title=f"on-policy distillation step: {a.prompts} prompts x {a.rollouts} rollouts x {a.max_new_tokens} "
+                    f"new tokens; student Llama hidden {a.hidden} x 2, teacher hidden {2 * a.hidden} x 2; "
+                    f"{a.steps} timed steps")
+    for col in ("implementation", "objective", "median s/step", "min s/step", "steps/s"):
+        t.add_column(col, justify="left" if col in ("implementation", "objective") else "right")
+    for name, objective, times in (("cascade-rl stages.mopd", "sampled-token reverse KL, ICE-POP", ours_t),
+                                   ("trl.DistillationTrainer", "full-vocab reverse KL (beta=1)", trl_t)):
+        med = statistics.median(times)
+        t.add_row(name, objective, f"{med:.3f}", f"{min(times):.3f}", f"{1 / med:.2f}")
+    console = Console(width=160)
+    console.print(t)
+    console.print(f"ours / TRL median step time: {statistics.median(ours_t) / statistics.median(trl_t):.2f}")
+    gen, teach = (statistics.median(r[k] for r in ours_rows) for k in ("generate_s", "teacher_s"))
+    console.print(f"ours, median per step: sampling {gen:.3f} s, teacher scoring {teach:.3f} s, "
+                  f"loss + backward + AdamW {statistics.median(ours_t) - gen - teach:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

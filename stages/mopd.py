@@ -1,0 +1,340 @@
+"""Multi-domain on-policy distillation (MOPD), the recipe's §MOPD (Nemotron-Cascade 2, arXiv 2603.19220).
+
+Per optimizer step:
+  1. take ``prompts_per_step`` rows (seeded shuffle of the stage's RL sets, cycled);
+  2. the student samples ``rollouts_per_prompt`` responses per prompt with the rollout engine; the
+     engine's log-probs are pi^inf;
+  3. each row's ``domain`` picks its teacher (:func:`resolve_teachers`); the teachers score the
+     sampled tokens with an HF forward (no grad), loaded one at a time or kept within
+     ``teacher_memory_mb`` (:class:`TeacherPool`);
+  4. per trained token (:func:`mopd_loss`)::
+
+         a_t = log pi_teacher(y_t) - log pi_train(y_t)              detached
+         r_t = pi_train(y_t) / pi_inf(y_t)
+         w_t = sg[r_t] * 1[lo <= r_t <= hi]                          ICE-POP: dropped, not clipped
+         L   = -(1/N) sum_t w_t * a_t * log pi_train(y_t)            N: response tokens of the step
+
+     one backward per micro-batch (``N`` counts the whole accumulation window), then ONE optimizer
+     step. No reward, no group baseline, no KL term: the gradient is sampled-token reverse-KL
+     minimisation toward each domain's teacher.
+
+At start every teacher must share the student's vocabulary (:func:`check_vocabulary`). Validation is
+the per-domain verifiable validation of the GRPO stages (``eval`` in the config).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from pydantic import Field, field_validator
+
+from curation.io import write_json
+from stages.base import StageConfig, StageResult
+from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
+from stages.environment import PromptBuilder, make_environment
+from stages.grpo import GRPOStage, policy_batch, response_logprobs
+from stages.losses import aggregate, get_loss, kl_k3, register_loss
+from stages.rollout import Rollouts, SamplingConfig, make_rollout_engine
+from stages.runtime import StageRun
+
+
+class MOPDConfig(StageConfig):
+    """One MOPD stage (defaults: the recipe's MOPD row, scaled down for a laptop)."""
+
+    prompts_per_step: int = Field(4, ge=1)         # paper: 128
+    rollouts_per_prompt: int = Field(4, ge=1)      # paper: 4
+    micro_batch_size: int = Field(8, ge=1)         # sequences per forward/backward
+    max_prompt_tokens: int = 1024                  # longer prompts are dropped and counted
+    max_rows_per_dataset: int | None = None        # first rows of each train set (None: all)
+    loss: str = "mopd"
+    is_bounds: tuple[float, float] = (0.5, 2.0)    # ICE-POP bounds on r = pi_train / pi_inf (2°)
+    teachers: dict[str, str] = Field(default_factory=dict)  # domain -> stage name or checkpoint dir
+    teacher_metric: str = "reward"                 # validation metric that ranks default teachers
+    teacher_memory_mb: float = Field(0.0, ge=0)    # teachers kept loaded together (0: one at a time)
+    mask_truncated: bool = False                   # a truncated response still has per-token signal
+    rollout_engine: str = "hf"
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # recipe: temperature 1, top-p 1
+    environment: str = "verifiers"                 # scores the per-domain validation only
+    environment_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("is_bounds")
+    @classmethod
+    def _bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 < v[0] <= 1.0 <= v[1]:
+            raise ValueError(f"needs 0 < lo <= 1 <= hi, got {list(v)}")
+        return v
+
+
+def distill_advantages(logprobs: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
+    """``a_t = log pi_teacher - log pi_student`` per sampled token, detached (recipe §MOPD).
+
+    The negative of the per-token ``k1`` estimate of the reverse KL ``KL(student || teacher)``: under
+    tokens sampled from the student, ``E[-a_t]`` is the exact reverse KL (handed case DISTILL-01).
+    Shapes ``[B, T]`` float (nats); returns float ``[B, T]`` without a graph.
+    """
+    return (teacher_logprobs - logprobs).detach()
+
+
+def ice_pop_weights(logprobs: torch.Tensor, inf_logprobs: torch.Tensor, mask: torch.Tensor,
+                    bounds: tuple[float, float] = (0.5, 2.0)) -> tuple[torch.Tensor, torch.Tensor]:
+    """ICE-POP importance weights ``w_t = sg[r_t] * 1[lo <= r_t <= hi]``, ``r_t = pi_train / pi_inf``.
+
+    Tokens whose ratio leaves ``[lo, hi]`` are dropped (weight 0), never clipped to the bound
+    (recipe §MOPD; IcePop of the Ring-1T report). Masked positions get weight 0.
+
+    Args:
+        logprobs: float ``[B, T]`` log pi_train of the sampled tokens.
+        inf_logprobs: float ``[B, T]`` log pi_inf reported by the rollout engine.
+        mask: bool ``[B, T]`` response tokens.
+    Returns:
+        ``(weights, kept)``: float ``[B, T]`` without a graph, and bool ``[B, T]`` (in mask and in bounds).
+    """
+    ratio = torch.exp(logprobs.detach() - inf_logprobs)
+    kept = mask.bool() & (ratio >= bounds[0]) & (ratio <= bounds[1])
+    return torch.where(kept, ratio, torch.zeros_like(ratio)), kept
+
+
+@register_loss("mopd")
+def mopd_loss(logprobs: torch.Tensor, inf_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor,
+              mask: torch.Tensor, *, num_tokens: float | None = None,
+              is_bounds: tuple[float, float] = (0.5, 2.0)) -> tuple[torch.Tensor, dict[str, float]]:
+    """MOPD loss ``-(1/N) sum_t w_t * sg[a_t] * log pi_train(y_t)`` (recipe §MOPD).
+
+    ``N`` is ``num_tokens`` (the response tokens of the whole accumulation window; default
+    ``mask.sum()``): tokens dropped by ICE-POP contribute 0 and still count in ``N``, so summing
+    the micro-batch losses of a window gives the loss of the window as one batch.
+
+    Args:
+        logprobs: float ``[B, T]`` log pi_train with a graph; inf_logprobs / teacher_logprobs: float
+            ``[B, T]`` of the sampler and of the row's teacher; mask: bool ``[B, T]`` trained tokens.
+    Returns:
+        ``(loss, stats)``; stats (token means over ``mask``, normalized by ``N``): ``reverse_kl``
+        (k1 = -a_t), ``reverse_kl_k3`` (:func:`stages.losses.kl_k3` toward the teacher),
+        ``is_dropped`` (fraction of tokens outside the bounds), ``is_ratio`` (mean r_t).
+    """
+    mask = mask.bool()
+    weights, kept = ice_pop_weights(logprobs, inf_logprobs, mask, is_bounds)
+    adv = torch.where(kept, distill_advantages(logprobs, teacher_logprobs), torch.zeros_like(weights))
+    loss = aggregate(-(weights * adv * logprobs), mask, "token_mean", num_tokens)
+    lp, ratio = logprobs.detach(), torch.exp(logprobs.detach() - inf_logprobs)
+
+    def mean(x: torch.Tensor) -> float:
+        return float(aggregate(x, mask, "token_mean", num_tokens))
+
+    return loss, {"reverse_kl": mean(lp - teacher_logprobs), "reverse_kl_k3": mean(kl_k3(lp, teacher_logprobs)),
+                  "is_dropped": mean((mask & ~kept).float()), "is_ratio": mean(ratio)}
+
+
+def resolve_teachers(domains: list[str], init_checkpoint: str | Path, checkpoint_root: str | Path,
+                     pinned: dict[str, str], metric: str = "reward") -> dict[str, Path]:
+    """``{domain: teacher checkpoint dir}`` for every domain of the stage's prompts.
+
+    A pinned teacher (``pinned[domain]``) is a stage name under ``checkpoint_root`` or a model dir.
+    Otherwise the teacher is the recorded checkpoint with the best ``validation[domain][metric]``
+    among the earlier stages of the student's lineage (``cascade_checkpoint.json`` of
+    ``init_checkpoint``; ties go to the later stage, the one closest to the student).
+
+    Raises:
+        ValueError: a domain has no pinned teacher and no checkpoint of the lineage was validated on it.
+    """
+    root = Path(checkpoint_root)
+    record = read_record(init_checkpoint)
+    lineage = record["lineage"] if record else []
+    by_stage = {rec["stage"]: path for path, rec in CheckpointRegistry(root).records().items()}
+    candidates = [(by_stage[s], read_record(by_stage[s])) for s in lineage if s in by_stage]
+    out: dict[str, Path] = {}
+    for domain in domains:
+        if domain in pinned:
+            out[domain] = root / pinned[domain] if (root / pinned[domain] / RECORD).exists() else Path(pinned[domain])
+            continue
+        scored = [(rec["validation"][domain][metric], i, path) for i, (path, rec) in enumerate(candidates)
+                  if metric in rec.get("validation", {}).get(domain, {})]
+        if not scored:
+            raise ValueError(f"no teacher for domain {domain!r}: no checkpoint of the student's lineage {lineage} "
+                             f"under {root} has validation metric {metric!r} for it; pin one in the stage's "
+                             f"'teachers' ({{{domain}: STAGE_OR_DIR}})")
+        out[domain] = max(scored, key=lambda s: (s[0], s[1]))[2]
+    return out
+
+
+def check_vocabulary(student: torch.nn.Module, student_tokenizer: Any, student_dir: str | Path,
+                     teacher_dir: str | Path, domain: str) -> None:
+    """Fail unless the teacher shares the student's vocabulary (embedding rows and token -> id map).
+
+    Token ids are compared as ids (recipe pitfall: student and teacher ids must come from the same
+    vocabulary), so a teacher with a different tokenizer would score the wrong tokens.
+
+    Raises:
+        FileNotFoundError: ``teacher_dir`` is not a model dir.
+        ValueError: naming the teacher, the domain, the student and the first difference.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    teacher_dir = Path(teacher_dir)
+    if not (teacher_dir / "config.json").exists():
+        raise FileNotFoundError(f"teacher {teacher_dir} for domain {domain!r}: no model there (config.json missing)")
+    head = f"teacher {teacher_dir} (domain {domain!r}) and student {student_dir} do not share a vocabulary"
+    s_size = student.get_output_embeddings().weight.shape[0]
+    t_size = AutoConfig.from_pretrained(teacher_dir).get_text_config().vocab_size
+    if s_size != t_size:
+        raise ValueError(f"{head}: vocab_size {t_size} vs {s_size}")
+    s_vocab, t_vocab = student_tokenizer.get_vocab(), AutoTokenizer.from_pretrained(teacher_dir).get_vocab()
+    if s_vocab != t_vocab:
+        diff = min(set(s_vocab.items()) ^ set(t_vocab.items()), key=lambda kv: kv[1])[0]
+        raise ValueError(f"{head}: tokenizers have {len(t_vocab)} vs {len(s_vocab)} tokens; token {diff!r} is id "
+                         f"{t_vocab.get(diff)} in the teacher and {s_vocab.get(diff)} in the student")
+
+
+def _weights_mb(path: Path) -> float:
+    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in path.glob(pattern)) / 2**20
+
+
+class TeacherPool:
+    """Frozen teacher models loaded on demand; least recently used ones are freed to keep the
+    weights of the loaded teachers within ``memory_mb`` (0: one teacher at a time).
+
+    Attributes:
+        loads: how many times a teacher was loaded from disk (a stage metric).
+    """
+
+    def __init__(self, memory_mb: float = 0.0):
+        self.memory_mb, self.loads = memory_mb, 0
+        self.loaded: OrderedDict[Path, tuple[torch.nn.Module, float]] = OrderedDict()
+
+    def get(self, path: Path) -> torch.nn.Module:
+        """The teacher at ``path`` in eval mode without gradients (loaded if needed)."""
+        if path in self.loaded:
+            self.loaded.move_to_end(path)
+            return self.loaded[path][0]
+        need = _weights_mb(path)
+        while self.loaded and sum(mb for _, mb in self.loaded.values()) + need > self.memory_mb:
+            self.loaded.popitem(last=False)
+        model, _ = load_checkpoint(path)
+        model.eval().requires_grad_(False)
+        self.loaded[path] = (model, need)
+        self.loads += 1
+        return model
+
+
+@torch.no_grad()
+def teacher_logprobs(pool: TeacherPool, teachers: list[Path], rollouts: Rollouts, micro_batch_size: int,
+                     pad_id: int, temperature: float = 1.0) -> list[torch.Tensor]:
+    """Per sample, float ``[len(response)]``: log pi_teacher of the sampled tokens at ``temperature``
+    (the sampling temperature; the recipe samples at 1), ``teachers[i]`` scoring sample ``i``; each
+    teacher is fetched once per call and scores its samples in micro-batches."""
+    out: list[torch.Tensor] = [torch.empty(0)] * len(rollouts)
+    for path in dict.fromkeys(teachers):
+        model = pool.get(path)
+        mine = [i for i, t in enumerate(teachers) if t == path]
+        for start in range(0, len(mine), micro_batch_size):
+            chunk = mine[start:start + micro_batch_size]
+            lp = response_logprobs(model, policy_batch(rollouts, chunk, pad_id), temperature)
+            for row, i in enumerate(chunk):
+                out[i] = lp[row, :len(rollouts.response_ids[i])]
+    return out
+
+
+def _padded(rows: list[torch.Tensor | list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for r, values in enumerate(rows):
+        out[r, :len(values)] = torch.as_tensor(values, dtype=torch.float32)
+    return out
+
+
+def accumulate_distillation(model: Any, backward: Any, rollouts: Rollouts, teacher_lps: list[torch.Tensor],
+                            indices: list[int], cfg: MOPDConfig, pad_id: int) -> dict[str, float]:
+    """Backward the MOPD loss of samples ``indices`` in micro-batches of ``cfg.micro_batch_size``.
+
+    Every micro-batch loss is normalized by the response tokens of all ``indices``, so the
+    accumulated gradient equals that of one batch holding them all. Returns ``loss`` and the
+    :func:`mopd_loss` stats summed over the window (window token means).
+    """
+    num_tokens = sum(len(rollouts.response_ids[i]) for i in indices)
+    loss_fn = get_loss(cfg.loss)
+    totals: dict[str, float] = {"loss": 0.0}
+    for start in range(0, len(indices), cfg.micro_batch_size):
+        chunk = indices[start:start + cfg.micro_batch_size]
+        batch = policy_batch(rollouts, chunk, pad_id)
+        lp = response_logprobs(model, batch, cfg.sampling.temperature)
+        width = lp.shape[1]
+        loss, stats = loss_fn(lp, _padded([rollouts.logprobs[i] for i in chunk], width),
+                              _padded([teacher_lps[i] for i in chunk], width), batch["response_mask"],
+                              num_tokens=num_tokens, is_bounds=cfg.is_bounds)
+        backward(loss)
+        totals["loss"] += float(loss.detach())
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v
+    return totals
+
+
+class MOPDStage(GRPOStage):
+    """Stage runner ``mopd`` (entry point ``cascade_rl.stages``); shares the GRPO stage's prompt loading.
+
+    Args:
+        config: :class:`MOPDConfig`.
+        environment: scores the per-domain validation (default: ``make_environment(cfg.environment)``).
+    """
+
+    config_class: ClassVar[type[MOPDConfig]] = MOPDConfig
+
+    def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
+        """Distil ``cfg.steps`` steps from the domains' teachers into ``init_checkpoint``.
+
+        Raises:
+            ValueError: no trainable prompt, a domain without a teacher, or a teacher whose vocabulary
+                differs from the student's (all before the first rollout).
+        """
+        cfg = self.cfg
+        with StageRun(cfg, datasets, init_checkpoint) as run:
+            engine, tok = run.engine, run.tokenizer
+            builder = PromptBuilder(tok, cfg.max_prompt_tokens)
+            items, dropped = self._train_rows(datasets, builder)
+            domains = sorted({row["domain"] for row, _ in items})
+            teachers = resolve_teachers(domains, init_checkpoint, cfg.checkpoint_root, cfg.teachers,
+                                        cfg.teacher_metric)
+            for domain, path in teachers.items():
+                check_vocabulary(engine.module, tok, init_checkpoint, path, domain)
+            run.counts.update(dropped, train_prompts=len(items))
+            env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
+            rollout = make_rollout_engine(cfg.rollout_engine, engine.module, tok, cfg.sampling, str(init_checkpoint))
+            pool, n, cursor = TeacherPool(cfg.teacher_memory_mb), cfg.rollouts_per_prompt, 0
+            for step in run.progress(cfg.steps):
+                t0 = time.perf_counter()
+                batch = [items[(cursor + i) % len(items)] for i in range(cfg.prompts_per_step)]
+                cursor += cfg.prompts_per_step
+                with engine.gathered():
+                    ro = rollout.generate([b[1] for b in batch], n=n)
+                t_gen = time.perf_counter() - t0
+                rows = [b[0] for b in batch for _ in range(n)]
+                t_lps = teacher_logprobs(pool, [teachers[r["domain"]] for r in rows], ro, cfg.micro_batch_size,
+                                         rollout.pad, cfg.sampling.temperature)
+                t_teach = time.perf_counter() - t0 - t_gen
+                indices = [i for i in range(len(ro)) if not (cfg.mask_truncated and ro.truncated[i])]
+                stats: dict[str, float] = {"response_tokens": sum(map(len, ro.response_ids)) / len(ro),
+                                           "truncated": sum(ro.truncated) / len(ro),
+                                           "trained_samples": float(len(indices))}
+                for domain in sorted({r["domain"] for r in rows}):  # k1 with the sampler's log-probs
+                    mine = [i for i, r in enumerate(rows) if r["domain"] == domain]
+                    tokens = sum(len(t_lps[i]) for i in mine)
+                    gap = sum(float((torch.tensor(ro.logprobs[i]) - t_lps[i]).sum()) for i in mine)
+                    stats[f"reverse_kl/{domain}"] = gap / max(tokens, 1)
+                if indices:
+                    stats.update(accumulate_distillation(engine.model, engine.backward, ro, t_lps, indices, cfg,
+                                                         rollout.pad))
+                    stats.update(engine.step())
+                    rollout.sync_weights(engine.module)
+                else:  # every response truncated and masked: no update (counted)
+                    run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
+                stats.update(generate_s=t_gen, teacher_s=t_teach, step_s=time.perf_counter() - t0)
+                run.log(step, stats)
+            run.counts["teacher_loads"] = pool.loads
+            validation = run.validate(rollout, builder, env)
+            result = run.finish(validation, curves=("loss", "reverse_kl", "is_dropped", "response_tokens"))
+        record = read_record(result.checkpoint)
+        record["teachers"] = {d: str(p) for d, p in teachers.items()}
+        write_json(record, result.checkpoint / RECORD)
+        return result

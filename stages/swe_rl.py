@@ -1,0 +1,195 @@
+"""SWE RL (recipe: the last Cascade RL stage): multi-turn GRPO on agent episodes with execution reward.
+
+Per optimizer step:
+  1. take ``prompts_per_step`` SWE tasks (seeded shuffle of the stage's task sets, cycled);
+  2. run ``group_size`` episodes per task with the current policy
+     (:class:`stages.swe_agent.ModelPolicy` over the rollout engine, tools in the sandbox);
+  3. reward 1 iff every FAIL_TO_PASS and PASS_TO_PASS test passes after the episode
+     (:meth:`stages.swe_agent.SWEEnvironment.grade`);
+  4. group advantages, dynamic filtering and context-truncation masking as in :mod:`stages.grpo`;
+  5. the policy-gradient loss over the episode's tokens where ``loss_mask`` is 1 (the model's own
+     sampled tokens; rendered tool outputs and chat markup are masked), normalized by those
+     tokens over the whole step, then ONE optimizer step (strict on-policy).
+
+Validation: greedy episodes on the first ``validation_rows`` tasks of each set's validation split
+(``swe`` block of the checkpoint record), plus the per-domain validation of ``eval.datasets``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from pydantic import Field
+
+from stages.advantages import get_advantage
+from stages.environment import (
+    PromptBuilder,
+    PromptTooLong,
+    load_rl_rows,
+    make_environment,
+)
+from stages.grpo import GRPOConfig, policy_batch, response_logprobs, select_for_training
+from stages.losses import get_loss
+from stages.rollout import Rollouts, make_rollout_engine
+from stages.runtime import StageRun
+from stages.swe_agent import (
+    AgentConfig,
+    EpisodeResult,
+    ModelPolicy,
+    SWEEnvironment,
+    run_episodes,
+)
+
+
+class SWERLConfig(GRPOConfig):
+    """GRPO knobs plus the agent's limits (defaults: a CPU smoke run)."""
+
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    max_context_tokens: int = 4096   # an episode whose context would pass it ends (finish ``context``)
+    validation_rows: int = 2         # greedy validation episodes per task set
+
+
+def episode_rollouts(results: list[EpisodeResult], group_size: int) -> tuple[Rollouts, list[list[int]]]:
+    """Episodes as :class:`Rollouts` (response = every token after the first prompt) and their
+    ``loss_mask`` lists (1: model token). ``truncated`` marks episodes that ran out of context.
+
+    Raises:
+        ValueError: an episode has no trajectory (not run by a ModelPolicy).
+    """
+    missing = [r.uuid for r in results if r.trajectory is None]
+    if missing:
+        raise ValueError(f"episodes {missing[:3]} have no token trajectory (run them with ModelPolicy)")
+    trajs = [r.trajectory for r in results]
+    ro = Rollouts([t.prompt_ids for t in trajs], [t.ids for t in trajs], [t.logprobs for t in trajs],
+                  [r.finish == "context" for r in results], [""] * len(trajs), group_size)
+    return ro, [t.loss_mask for t in trajs]
+
+
+def accumulate_masked_policy_gradient(model: Any, backward: Any, rollouts: Rollouts, loss_masks: list[list[int]],
+                                      advantages: torch.Tensor, indices: list[int], cfg: SWERLConfig,
+                                      pad_id: int) -> dict[str, float]:
+    """Backward the GRPO loss of episodes ``indices`` over their model tokens only.
+
+    As :func:`stages.grpo.accumulate_policy_gradient`, with the response mask AND-ed with each
+    episode's ``loss_mask`` and the token-level mean normalized by the model tokens of all
+    ``indices`` (so tool outputs neither get gradient nor dilute the normalizer).
+    Returns summed ``loss`` and ``pg_loss`` over the window and ``trained_tokens``.
+    """
+    num_tokens = sum(sum(loss_masks[i]) for i in indices)
+    loss_fn = get_loss(cfg.loss)
+    totals: dict[str, float] = {"loss": 0.0, "trained_tokens": float(num_tokens)}
+    for start in range(0, len(indices), cfg.micro_batch_size):
+        chunk = indices[start:start + cfg.micro_batch_size]
+        batch = policy_batch(rollouts, chunk, pad_id)
+        mask = batch["response_mask"].clone()
+        for row, i in enumerate(chunk):
+            mask[row, :len(loss_masks[i])] &= torch.tensor(loss_masks[i], dtype=torch.bool)
+        lp = response_logprobs(model, batch, cfg.sampling.temperature)
+        loss, stats = loss_fn(lp, advantages[chunk], mask, num_tokens=num_tokens, aggregation=cfg.aggregation,
+                              max_len=cfg.max_context_tokens)
+        backward(loss)
+        totals["loss"] += float(loss.detach())
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v
+    return totals
+
+
+def summarize(results: list[EpisodeResult]) -> dict[str, float]:
+    """Mean reward, pass rate, steps, episode seconds and the share of each finish reason."""
+    n = max(len(results), 1)
+    out = {"reward": sum(r.grade.reward for r in results) / n, "pass_rate": sum(r.grade.passed for r in results) / n,
+           "steps": sum(r.steps for r in results) / n, "episode_s": sum(r.wall_s for r in results) / n,
+           "rows": float(len(results))}
+    for reason in ("submitted", "max_steps", "timeout", "context"):
+        out[f"finish/{reason}"] = sum(r.finish == reason for r in results) / n
+    return out
+
+
+class SWERLStage:
+    """Stage runner ``swe_rl`` (entry point ``cascade_rl.stages``); datasets are SWE task sets
+    (directories with ``train.parquet``/``validation.parquet`` and ``repos/``, from ``cascade swe_tasks``)."""
+
+    config_class: ClassVar[type[SWERLConfig]] = SWERLConfig
+
+    def __init__(self, config: SWERLConfig):
+        self.cfg = config
+
+    def _items(self, datasets: list[Path], split: str, builder: PromptBuilder,
+               limit: int | None) -> tuple[list[tuple[dict, SWEEnvironment]], int]:
+        items, too_long = [], 0
+        for ds in datasets:
+            env = SWEEnvironment(ds, self.cfg.agent)
+            for row in load_rl_rows(ds, split, limit=limit):
+                if row.get("agent_ref") != "swe":
+                    raise ValueError(f"{ds}: row {row.get('uuid')!r} has agent_ref {row.get('agent_ref')!r}, not 'swe'")
+                try:
+                    builder(row)
+                except PromptTooLong:
+                    too_long += 1
+                    continue
+                items.append((row, env))
+        return items, too_long
+
+    @staticmethod
+    def _episodes(policy: ModelPolicy, batch: list[tuple[dict, SWEEnvironment]]) -> list[EpisodeResult]:
+        """Run the batch's episodes, one :func:`run_episodes` call per environment, results in batch order."""
+        results: dict[int, EpisodeResult] = {}
+        for env in dict.fromkeys(e for _, e in batch):
+            idx = [i for i, (_, e) in enumerate(batch) if e is env]
+            for i, res in zip(idx, run_episodes(env, policy, [batch[i][0] for i in idx]), strict=True):
+                results[i] = res
+        return [results[i] for i in range(len(batch))]
+
+    def run(self, datasets: list[Path], init_checkpoint: Path):
+        """Train ``cfg.steps`` multi-turn GRPO steps from ``init_checkpoint``; returns checkpoint + metrics paths."""
+        cfg = self.cfg
+        with StageRun(cfg, datasets, init_checkpoint) as run:
+            engine, tok = run.engine, run.tokenizer
+            builder = PromptBuilder(tok, cfg.max_prompt_tokens)
+            rollout = make_rollout_engine(cfg.rollout_engine, engine.module, tok, cfg.sampling, str(init_checkpoint))
+            items, too_long = self._items(datasets, "train", builder, cfg.max_rows_per_dataset)
+            if not items:
+                raise ValueError(f"stage {cfg.name}: no SWE task in {[str(d) for d in datasets]} "
+                                 f"({too_long} prompts longer than max_prompt_tokens={cfg.max_prompt_tokens})")
+            random.Random(cfg.seed).shuffle(items)
+            run.counts.update(prompt_too_long=too_long, train_tasks=len(items))
+            advantage = get_advantage(cfg.advantage)
+            policy = ModelPolicy(rollout, tok, builder, cfg.sampling.max_new_tokens, cfg.max_context_tokens)
+            cursor = 0
+            for step in run.progress(cfg.steps):
+                t0 = time.perf_counter()
+                batch = [items[(cursor + i) % len(items)] for i in range(cfg.prompts_per_step)]
+                cursor += cfg.prompts_per_step
+                group = [b for b in batch for _ in range(cfg.group_size)]
+                with engine.gathered():
+                    results = self._episodes(policy, group)
+                t_episodes = time.perf_counter() - t0
+                rewards = torch.tensor([r.grade.reward for r in results], dtype=torch.float32)
+                ro, masks = episode_rollouts(results, cfg.group_size)
+                adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
+                indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg)
+                stats = {**{k: v for k, v in summarize(results).items() if k != "rows"}, "reward_mean": float(rewards.mean()),
+                         "model_tokens": sum(map(sum, masks)) / len(masks),
+                         "episode_tokens": sum(map(len, ro.response_ids)) / len(ro), **filt,
+                         "trained_samples": float(len(indices))}
+                if indices:
+                    stats.update(accumulate_masked_policy_gradient(engine.model, engine.backward, ro, masks, adv,
+                                                                   indices, cfg, rollout.pad))
+                    stats.update(engine.step())
+                    rollout.sync_weights(engine.module)
+                else:  # every group filtered: no signal, no update (counted)
+                    run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
+                stats.update(episodes_s=t_episodes, step_s=time.perf_counter() - t0)
+                run.log(step, stats)
+            validation = run.validate(rollout, builder, make_environment("verifiers"))
+            val_items, _ = self._items(datasets, "validation", builder, cfg.validation_rows)
+            if val_items:
+                greedy = ModelPolicy(rollout, tok, builder, cfg.sampling.max_new_tokens, cfg.max_context_tokens,
+                                     greedy=True)
+                with engine.gathered():
+                    validation["swe"] = summarize(self._episodes(greedy, val_items))
+            return run.finish(validation, curves=("reward_mean", "loss", "steps", "model_tokens"))
