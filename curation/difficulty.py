@@ -60,7 +60,8 @@ def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]],
 
     Returns:
         (results with :data:`RESULT_SCHEMA` for every row, stats: ``generated_rows``,
-        ``rollouts``, ``rollouts_per_s``).
+        ``rollouts``, ``rollouts_per_s`` and, when the sampler counts them (``policy_sampler``),
+        ``generated_tokens`` and ``tokens_per_s``).
     """
     cache.mkdir(parents=True, exist_ok=True)
     done = set(load_cache(cache)["uuid"])
@@ -85,8 +86,12 @@ def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]],
         write_parquet(pl.DataFrame(out, schema=RESULT_SCHEMA), cache / f"chunk-{offset + k:06d}.parquet")
     elapsed = time.perf_counter() - start
     results = load_cache(cache).filter(pl.col("uuid").is_in([r["uuid"] for r in rows]))
-    return results, {"generated_rows": len(todo), "rollouts": n_rollouts,
-                     "rollouts_per_s": round(n_rollouts / elapsed, 3) if n_rollouts else 0.0}
+    stats = {"generated_rows": len(todo), "rollouts": n_rollouts,
+             "rollouts_per_s": round(n_rollouts / elapsed, 3) if n_rollouts else 0.0}
+    tokens = getattr(sample, "generated_tokens", None)
+    if tokens is not None and n_rollouts:
+        stats |= {"generated_tokens": tokens, "tokens_per_s": round(tokens / elapsed, 2)}
+    return results, stats
 
 
 def apply_pass_rates(rows: pl.DataFrame, results: pl.DataFrame, lo: float, hi: float
@@ -132,7 +137,8 @@ def policy_sampler(model_dir: str, engine: str, sampling: dict[str, Any], n: int
                    seed: int | None = None) -> Callable[[list[dict[str, Any]]], list[list[str]]]:
     """``rows -> n responses each`` with the model in ``model_dir``, prompts rendered by its
     chat template (tools included; ``enable_thinking`` passed to templates that read it),
-    through the stage runners' rollout engine ``engine``. With ``seed`` the torch RNG is
+    through the stage runners' rollout engine ``engine``; ``sample.generated_tokens`` counts
+    the response tokens sampled so far. With ``seed`` the torch RNG is
     seeded from it and the rows' uuids before each call, so a batch samples the same way
     whatever was generated before it."""
     import torch
@@ -157,8 +163,10 @@ def policy_sampler(model_dir: str, engine: str, sampling: dict[str, Any], n: int
             digest = hashlib.sha256(f"{seed}:{','.join(r['uuid'] for r in rows)}".encode()).hexdigest()
             torch.manual_seed(int(digest[:15], 16))
         out = rollout.generate(prompts, n)
+        sample.generated_tokens += sum(map(len, out.response_ids))  # type: ignore[attr-defined]
         return [out.texts[i * n:(i + 1) * n] for i in range(len(rows))]
 
+    sample.generated_tokens = 0  # type: ignore[attr-defined]
     return sample
 
 

@@ -53,6 +53,7 @@ def test_only_verified_responses_are_kept_and_rerun_generates_nothing(tiny_teach
 
     results, stats = measure(prompts.to_dicts(), sample, score, tmp_path / "cache")
     assert stats["rollouts"] == 12 and stats["generated_rows"] == 3
+    assert 12 <= stats["generated_tokens"] <= 12 * 8 and stats["tokens_per_s"] > 0
     rejects = Rejects("synthesize")
     rows, st = select_verified(prompts, results, m=1, teacher="tiny", sampling=sampling, seed=5, rejects=rejects)
     passing = {u: sum("e" in t for t in rs) for u, rs in zip(results["uuid"], results["responses"], strict=True)}
