@@ -279,7 +279,7 @@ STEPS = {
     "validate": step_validate, "build": step_build,
     "export": step_export, "difficulty": step_difficulty, "synthesize": step_synthesize, "tokenize": step_tokenize, "pack": step_pack,
 }
-ORDER = ["ingest", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
+ORDER = ["ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
 TIMINGS = Path("logs/timings.json")
 
 
