@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from stages.checkpoints import read_record
+from tests.repo_copy import copy_repo
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -33,12 +34,7 @@ def cascade(tmp_path_factory, smollm2_dir):
     if not (REPO / "data/sets/rl").exists() or not (REPO / "data/sets/sft").exists():
         pytest.fail("data/sets missing: run `dvc repro build` first")
     dst = tmp_path_factory.mktemp("cascade")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for f in files:
-        if (REPO / f).is_file():
-            (dst / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / f, dst / f)
+    copy_repo(dst)
     for d in ("data/sets", "data/assets", "data/packed"):
         if (REPO / d).exists():
             shutil.copytree(REPO / d, dst / d)

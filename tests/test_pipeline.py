@@ -3,7 +3,6 @@ on a reduced source set (params override)."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from datasets import load_dataset
+
+from tests.repo_copy import copy_repo
 
 REPO = Path(__file__).resolve().parents[1]
 REDUCED = ["fastchat_conversations", "math_solutions", "mbpp_solutions", "math_problems", "mbpp_problems", "ifbench_prompts",
@@ -39,12 +40,7 @@ def _tiny_teacher(path: Path, tokenizer_dir: Path) -> None:
 @pytest.fixture(scope="module")
 def repo_copy(tmp_path_factory, qwen3_tokenizer_dir):
     dst = tmp_path_factory.mktemp("repo")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for f in files:
-        if (REPO / f).is_file():
-            (dst / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / f, dst / f)
+    copy_repo(dst)
     params = yaml.safe_load((dst / "params.yaml").read_text())
     params["sources"]["only"] = REDUCED
     params["build"]["mixes"] = {}  # the reduced set lacks the MCQ/tool/structured domains they draw from

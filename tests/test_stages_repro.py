@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from stages.checkpoints import CheckpointRegistry, read_record
+from tests.repo_copy import copy_repo
 
 REPO = Path(__file__).resolve().parents[1]
 CASCADE = ["sft", "if_rl", "multidomain_rl"]
@@ -33,12 +34,7 @@ def cascade_copy(tmp_path_factory):
         if not (REPO / need).exists():
             pytest.skip(f"{need} missing: run `dvc repro build asset` first")
     dst = tmp_path_factory.mktemp("cascade")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for f in files:
-        if (REPO / f).is_file():
-            (dst / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / f, dst / f)
+    copy_repo(dst)
     for d in ("data/sets", "data/assets", "data/packed"):
         if (REPO / d).exists():
             shutil.copytree(REPO / d, dst / d)
