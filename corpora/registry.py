@@ -108,22 +108,28 @@ class ModelSpec(BaseModel):
         return [self.path] if isinstance(self.path, str) else list(self.path)
 
 
-def load_models(path: str | Path = DEFAULT_REGISTRY) -> list[ModelSpec]:
-    """The ``models`` section of the registry.
+def load_section(section: str, model: type[BaseModel], path: str | Path = DEFAULT_REGISTRY) -> list[Any]:
+    """The entries of registry section ``section`` (e.g. ``models``), each validated as ``model``.
 
     Raises:
-        ValueError: naming the entry and field that is wrong.
+        ValueError: naming the section, entry and field that is wrong.
     """
     raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     out = []
-    for entry in raw.get("models", []):
+    for i, entry in enumerate(raw.get(section, [])):
         try:
-            out.append(ModelSpec.model_validate(entry))
+            out.append(model.model_validate(entry))
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise ValueError(f"{path}: model {entry.get('name')!r}: "
+            name = entry.get("name", f"#{i}") if isinstance(entry, dict) else f"#{i}"
+            raise ValueError(f"{path}: {section} entry {name!r}: "
                              f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
     return out
+
+
+def load_models(path: str | Path = DEFAULT_REGISTRY) -> list[ModelSpec]:
+    """The ``models`` section of the registry (:func:`load_section`)."""
+    return load_section("models", ModelSpec, path)
 
 
 def load_registry(path: str | Path = DEFAULT_REGISTRY, only: list[str] | None = None,

@@ -145,3 +145,15 @@ def test_problem_statement_never_shows_the_injected_change():
            "FAILED tests/test_solution.py::test_0 - assert None == 3\n")
     text = problem_statement(["tests/test_solution.py::test_0"], out)
     assert "assert None == 3" in text and "short test summary" not in text and "return" not in text
+
+
+def test_registry_sections_name_the_bad_entry_and_field(tmp_path):
+    from corpora.registry import load_models
+
+    bad = tmp_path / "sources.yaml"
+    bad.write_text("models:\n  - {name: tok, kind: npm, version: 1.0.0}\n"
+                   "repositories:\n  - {name: toolz, package: toolz}\n")
+    with pytest.raises(ValueError, match=r"models entry 'tok': package: Field required"):
+        load_models(bad)
+    with pytest.raises(ValueError, match=r"repositories entry 'toolz': kind: Field required"):
+        load_repositories(bad)

@@ -35,15 +35,24 @@ def test_real_subsets_pass_their_verifiers():
     assert n_ok == len(cases), failed[:5]
 
 
-def test_bfcl_ground_truths_pass_their_own_checker():
-    rows = real_rows("bfcl")
-    rejected, failed = [], []
+def _split_checked(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """(rows :func:`check_row` accepts, the error messages of those it refuses)."""
+    accepted, rejected = [], []
     for row in rows:
         try:
             check_row(row)
         except ValueError as exc:
             rejected.append(str(exc))
             continue
+        accepted.append(row)
+    return accepted, rejected
+
+
+def test_bfcl_ground_truths_pass_their_own_checker():
+    rows = real_rows("bfcl")
+    accepted, rejected = _split_checked(rows)
+    failed = []
+    for row in accepted:
         if not verify(bfcl_response(row), row).passed:
             failed.append(json.loads(row["metadata"])["id"])
     assert len(rows) == 3475 and failed == []
@@ -53,13 +62,9 @@ def test_bfcl_ground_truths_pass_their_own_checker():
 
 def test_if_verifier_runs_on_every_ifeval_and_ifbench_prompt():
     for name, n, n_rejected in [("ifeval", 541, 2), ("ifbench_prompts", 294, 0)]:
-        rows, rejected = real_rows(name), []
-        for row in rows:
-            try:
-                check_row(row)
-            except ValueError as exc:
-                rejected.append(str(exc))
-                continue
+        rows = real_rows(name)
+        accepted, rejected = _split_checked(rows)
+        for row in accepted:
             prompt = row["responses_create_params"]["input"][-1]["content"]
             for response in (prompt, "", "<think>x</think>A short answer. Done!"):
                 assert verify(response, row).reward in (0.0, 1.0)

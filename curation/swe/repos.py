@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from corpora.registry import DEFAULT_REGISTRY, package_dir
+from corpora.registry import DEFAULT_REGISTRY, load_section, package_dir
 from validators.verifiers.code import extract_code
 
 
@@ -70,21 +69,12 @@ class RepoSpec(BaseModel):
 
 
 def load_repositories(path: str | Path = DEFAULT_REGISTRY) -> list[RepoSpec]:
-    """The ``repositories`` section of the registry.
+    """The ``repositories`` section of the registry (:func:`corpora.registry.load_section`).
 
     Raises:
         ValueError: naming the entry and field that is wrong.
     """
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    out = []
-    for entry in raw.get("repositories", []):
-        try:
-            out.append(RepoSpec.model_validate(entry))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ValueError(f"{path}: repository {entry.get('name')!r}: "
-                             f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    return out
+    return load_section("repositories", RepoSpec, path)
 
 
 def package_repo(spec: RepoSpec, cache: str | Path) -> Repo:
