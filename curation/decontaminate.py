@@ -19,6 +19,12 @@ Short n-grams such as 8 also occur in unrelated text ("1 2 3 4 5 6 7 8", "what
 is the probability that exactly two of"), so per n a row must share at least a
 fraction ``min_coverage`` of an item's n-grams (0: any one, the 13-gram rule).
 
+Speed: the texts are tokenized in chunks of ~2 MB (:func:`curation.ngrams.tokenize`, numpy);
+every window sum of the smallest n is tested against two bit sets of the index and then
+binary-searched in its sorted keys; longer n-grams are hashed only where the smallest one hit
+(an indexed 13-gram starts with an indexed 8-gram). ``benchmarks/dedup.py --only decontam``
+measures it.
+
 Boilerplate guard: an n-gram shared by more than ``max_train_doc_freq`` training
 rows is a formula of the training corpus ("please answer the following question
 ...") and does not count (counted in the stats). Removing contaminated rows
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +44,17 @@ import numpy as np
 import polars as pl
 
 from curation.io import write_json, write_parquet
-from curation.ngrams import TOKENIZER, sequence_hashes, tokenize, window_hashes
+from curation.ngrams import (
+    TOKENIZER,
+    sequence_hashes,
+    tokenize,
+    unfmix64,
+    window_hashes,
+    window_sums,
+)
 from curation.text import item_text
 
-CHUNK_ROWS = 2_000
+CHUNK_BYTES = 2 << 20  # text bytes tokenized at a time (its uint64 per-byte arrays fit the L3 cache)
 
 
 def benchmark_fields(bench: pl.DataFrame) -> pl.DataFrame:
@@ -70,6 +84,12 @@ class NgramIndex:
     grams: pl.DataFrame
     exact: pl.DataFrame
     meta: dict[str, Any]
+
+    @cached_property
+    def lookup(self) -> _Lookup:
+        """Membership structures for matching (:class:`_Lookup`), built on first use (~1 s, ~60 MB) and
+        kept on this object; build it before pickling the index to workers so they receive it."""
+        return _build_lookup(self)
 
 
 def build_index(bench: pl.DataFrame, ngrams: list[int]) -> NgramIndex:
@@ -116,26 +136,131 @@ def read_index(root: str | Path, ngrams: list[int]) -> NgramIndex:
     return NgramIndex(*(pl.read_parquet(root / f"{n}.parquet") for n in ("items", "grams", "exact")), meta)
 
 
+@dataclass
+class _Lookup:
+    """Membership structures of an :class:`NgramIndex` (built once per index: ``NgramIndex.lookup``).
+
+    Per n: ``sums[n]`` the sorted distinct unfinished window sums (:func:`curation.ngrams.unfmix64`
+    of the hashes, uint64 ``[K]``; a training window's sum is looked up without finishing it),
+    ``first[n]`` (int64 ``[K + 1]``) and ``item[n]``, ``pos[n]``: the index entries of key ``k`` are
+    ``first[n][k]:first[n][k+1]``. ``bitmaps``: two 2^26-bit sets over bits 38..63 and 12..37 of the
+    smallest n's sums, a pre-filter that passes ~0.02 % of absent windows. ``distinct``: ``n``,
+    ``item``, ``m`` (distinct n-grams of the item).
+    """
+
+    ngrams: list[int]
+    sums: dict[int, np.ndarray]
+    first: dict[int, np.ndarray]
+    item: dict[int, np.ndarray]
+    pos: dict[int, np.ndarray]
+    bitmaps: tuple[np.ndarray, np.ndarray]
+    distinct: pl.DataFrame
+
+
+_BITMAP_SHIFTS = (38, 12)
+_SLOT_MASK = np.uint64((1 << 26) - 1)
+
+
+def _build_lookup(index: NgramIndex) -> _Lookup:
+    ngrams = [int(n) for n in index.meta["ngrams"]]
+    look = _Lookup(ngrams, {}, {}, {}, {}, (np.zeros(0, np.uint8), np.zeros(0, np.uint8)),
+                   index.grams.group_by("n", "item").agg(pl.col("h").n_unique().alias("m")))
+    for n in ngrams:
+        part = index.grams.filter(pl.col("n") == n)
+        sums = unfmix64(part["h"].to_numpy())
+        order = np.argsort(sums, kind="stable")
+        look.sums[n], first = np.unique(sums[order], return_index=True)
+        look.first[n] = np.append(first, len(sums)).astype(np.int64)
+        look.item[n], look.pos[n] = part["item"].to_numpy()[order], part["pos"].to_numpy()[order]
+    bitmaps = []
+    for shift in _BITMAP_SHIFTS:
+        slots = np.zeros(1 << 26, dtype=bool)
+        slots[((look.sums[ngrams[0]] >> np.uint64(shift)) & _SLOT_MASK).astype(np.intp)] = True
+        bitmaps.append(np.packbits(slots, bitorder="little"))
+    look.bitmaps = (bitmaps[0], bitmaps[1])
+    return look
+
+
+def _bit_test(bits: np.ndarray, sums: np.ndarray, shift: int) -> np.ndarray:
+    slots = ((sums >> np.uint64(shift)) & _SLOT_MASK).astype(np.intp)
+    return (bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & np.uint8(1) != 0
+
+
+def _find(sorted_keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(found bool, position int64) of each value in ``sorted_keys``."""
+    if not len(sorted_keys):
+        return np.zeros(len(values), dtype=bool), np.zeros(len(values), dtype=np.int64)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return sorted_keys[at] == values, at
+
+
+def _chunk_hits(texts: pl.Series, look: _Lookup, exact_keys: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Index hits of a batch of texts: n-gram hits as (doc int64, n uint8, key int64: position in
+    ``look.sums[n]``) arrays, and exact hits as (doc, key uint64): texts whose whole token sequence
+    hashes to an exact key.
+
+    Every indexed n-gram's first ``ngrams[0]`` tokens are an indexed n-gram too (same item, same
+    position), so longer n are looked up only where the shortest one hit.
+    """
+    tok = tokenize(texts)
+    n0, ends = look.ngrams[0], tok.offsets[1:]
+    sums = window_sums(tok, n0)
+    at = np.flatnonzero(_bit_test(look.bitmaps[0], sums, _BITMAP_SHIFTS[0]))
+    at = at[_bit_test(look.bitmaps[1], sums[at], _BITMAP_SHIFTS[1])]
+    found, key = _find(look.sums[n0], sums[at])
+    at, key = at[found], key[found]
+    doc = np.searchsorted(tok.offsets, at, side="right") - 1
+    inside = at + n0 <= ends[doc]  # windows across two texts are not n-grams
+    at, doc, key = at[inside], doc[inside], key[inside]
+    out = [[doc], [np.full(len(at), n0, np.uint8)], [key]]
+    for n in look.ngrams[1:]:
+        fits = at + n <= ends[doc]
+        found, key = _find(look.sums[n], window_sums(tok, n, at[fits]))
+        for acc, arr in zip(out, (doc[fits][found], np.full(int(found.sum()), n, np.uint8), key[found]), strict=True):
+            acc.append(arr)
+    counts = tok.counts
+    short = np.flatnonzero((counts > 0) & (counts < max(look.ngrams)))
+    seq = sequence_hashes(tok, short)
+    hit = np.isin(seq, exact_keys)
+    return [np.concatenate(a) for a in out], [short[hit], seq[hit]]
+
+
+def _chunks(lengths: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges (start, stop) of about ``max_bytes`` text bytes (at least one row each)."""
+    bounds = np.searchsorted(np.cumsum(lengths), np.arange(max_bytes, int(lengths.sum()) + max_bytes, max_bytes),
+                             side="right")
+    bounds = np.unique(np.concatenate([[0], bounds, [len(lengths)]]))
+    stops = np.maximum(bounds[1:], bounds[:-1] + 1)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], stops, strict=True) if a < b]
+
+
 def _train_hits(train: pl.DataFrame, kind: str, index: NgramIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """All index hits of the training rows: n-gram hits (``row``, ``n``, ``h``) and exact
+    """All index hits of the training rows: n-gram hits (``row``, ``n``, ``key``; unique) and exact
     hits (``row``, ``item``); ``row`` is the row number in ``train``."""
-    by_n = {int(n): g["h"].unique().sort().to_numpy() for (n,), g in index.grams.group_by("n")}
+    texts = train.select(item_text(kind).fill_null("").alias("t"))["t"]
     exact_keys = index.exact["key"].to_numpy()
-    hits, exact = [], []
-    for start in range(0, len(train), CHUNK_ROWS):
-        chunk = train.slice(start, CHUNK_ROWS)
-        tok = tokenize(chunk.select(item_text(kind).alias("t"))["t"])
-        for n, keys in by_n.items():
-            h, doc, _ = window_hashes(tok, n)
-            found = keys[np.minimum(np.searchsorted(keys, h), len(keys) - 1)] == h
-            hits.append(pl.DataFrame({"row": doc[found] + start, "n": np.full(int(found.sum()), n, np.uint8), "h": h[found]}))
-        seq = sequence_hashes(tok)
-        hit = np.isin(seq, exact_keys) & (tok.counts > 0)
-        exact.append(pl.DataFrame({"row": np.flatnonzero(hit).astype(np.int64) + start, "key": seq[hit]}))
-    empty = pl.DataFrame(schema={"row": pl.Int64, "n": pl.UInt8, "h": pl.UInt64})
-    hits_f = pl.concat([empty, *[h.cast(empty.schema) for h in hits]]).unique()
-    exact_f = pl.concat([pl.DataFrame(schema={"row": pl.Int64, "key": pl.UInt64}), *exact])
-    return hits_f, exact_f.join(index.exact, on="key").select("row", "item")
+    out: list[list[np.ndarray]] = [[np.zeros(0, t)] for t in (np.int64, np.uint8, np.int64, np.int64, np.uint64)]
+    for start, stop in _chunks(texts.str.len_bytes().to_numpy(), CHUNK_BYTES):
+        (doc, n, key), (ex_doc, ex_key) = _chunk_hits(texts.slice(start, stop - start), index.lookup, exact_keys)
+        for acc, arr in zip(out, (doc + start, n, key, ex_doc + start, ex_key), strict=True):
+            acc.append(arr)
+    row, n, key, ex_row, ex_key = (np.concatenate(a) for a in out)
+    hits = pl.DataFrame({"row": row, "n": n, "key": key}).unique()
+    exact = pl.DataFrame({"row": ex_row, "key": ex_key}).join(index.exact, on="key")
+    return hits, exact.select("row", "item")
+
+
+def _index_entries(hits: pl.DataFrame, look: _Lookup) -> pl.DataFrame:
+    """Every index entry (``item``, ``pos``) under each hit: ``row``, ``n``, ``key``, ``item``, ``pos``."""
+    frames = [pl.DataFrame(schema={"row": pl.Int64, "n": pl.UInt8, "key": pl.Int64, "item": pl.Int64, "pos": pl.Int32})]
+    for (n,), part in hits.group_by("n"):
+        first, key = look.first[int(n)], part["key"].to_numpy()
+        count = first[key + 1] - first[key]
+        src = np.repeat(first[key] - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        frames.append(pl.DataFrame({"row": np.repeat(part["row"].to_numpy(), count), "n": np.full(len(src), n, np.uint8),
+                                    "key": np.repeat(key, count), "item": look.item[int(n)][src],
+                                    "pos": look.pos[int(n)][src]}).cast(frames[0].schema))
+    return pl.concat(frames)
 
 
 def find_contamination(train: pl.DataFrame, kind: str, index: NgramIndex, max_train_doc_freq: int,
@@ -156,21 +281,22 @@ def find_contamination(train: pl.DataFrame, kind: str, index: NgramIndex, max_tr
     the smallest (benchmark, benchmark_uuid, field). ``stats``: ``passes``,
     ``boilerplate_ngrams_ignored`` per n (in the final pass).
     """
+    look = index.lookup
     cov = pl.DataFrame({"n": list((min_coverage or {}).keys()), "cov": list((min_coverage or {}).values())},
                        schema={"n": pl.UInt8, "cov": pl.Float64})
-    need = (index.grams.group_by("n", "item").agg(pl.col("h").n_unique().alias("m"))
-            .join(cov, on="n", how="left").with_columns(pl.col("cov").fill_null(0.0))
+    need = (look.distinct.join(cov, on="n", how="left").with_columns(pl.col("cov").fill_null(0.0))
             .select("n", "item", pl.max_horizontal(pl.lit(1), (pl.col("cov") * pl.col("m")).ceil()).alias("need")))
     hits, exact = _train_hits(train, kind, index)
+    entries = _index_entries(hits, look)
     removed = pl.Series("row", [], dtype=pl.Int64)
     found: list[pl.DataFrame] = []
     passes = 0
     while True:
         passes += 1
         live = hits.filter(~pl.col("row").is_in(removed.implode()))
-        freq = live.group_by("n", "h").agg(pl.col("row").n_unique().alias("df"))
+        freq = live.group_by("n", "key").agg(pl.len().alias("df"))
         boiler = freq.filter(pl.col("df") > max_train_doc_freq)
-        shared = (live.join(boiler, on=["n", "h"], how="anti").join(index.grams, on=["n", "h"])
+        shared = (entries.filter(~pl.col("row").is_in(removed.implode())).join(boiler, on=["n", "key"], how="anti")
                   .group_by("row", "n", "item").agg(pl.len().alias("k"), pl.col("pos").min())
                   .join(need, on=["n", "item"]).filter(pl.col("k") >= pl.col("need")))
         new = shared["row"].append(exact.filter(~pl.col("row").is_in(removed.implode()))["row"]).unique()

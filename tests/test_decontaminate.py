@@ -1,10 +1,17 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 
-from curation.decontaminate import build_index, decontaminate, find_contamination, read_index, write_index
+from curation.decontaminate import (
+    build_index,
+    decontaminate,
+    find_contamination,
+    read_index,
+    write_index,
+)
 from tests.rows import rl_table, sft_table
 
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -127,3 +134,22 @@ def test_short_ngrams_need_item_coverage_so_generic_phrases_do_not_count():
     assert any_one["uuid"].to_list() == ["s0", "s1"]  # one shared 8-gram is enough without coverage
     covered = decontaminate(sft_table([generic, copied]), "sft", index, 50, {8: 0.5, 13: 0.0})[1]
     assert covered["uuid"].to_list() == ["s1"]
+
+
+def test_real_rows_give_the_reasons_recorded_before_the_vectorized_rewrite():
+    # real SFT/RL rows and benchmark items (MATH-500, MMLU, GSM8K, MT-Bench, IFBench; Chinese,
+    # Cyrillic and accented clean rows); "expected" was produced by the previous implementation
+    fx = json.loads((Path(__file__).parent / "data" / "decontamination_real.json").read_text())
+    b = fx["benchmarks"]
+    bench = rl_table([r["question"] for r in b], uuid=[r["uuid"] for r in b],
+                     ground_truth=[json.dumps({"answer": r["answer"]} if r["answer"] else {}) for r in b]
+                     ).with_columns(pl.Series("source", [r["source"] for r in b]))
+    index = build_index(bench, [8, 13])
+    for kind in ("sft", "rl"):
+        rows = [t for t in fx["train"] if t["kind"] == kind]
+        texts, uuids = [t["text"] for t in rows], [t["uuid"] for t in rows]
+        train = sft_table(texts, uuid=uuids) if kind == "sft" else rl_table(texts, source="train", uuid=uuids)
+        clean, dirty, _, stats = decontaminate(train, kind, index, 50, {8: 0.5, 13: 0.0})
+        assert dict(zip(dirty["uuid"], dirty["reason"], strict=True)) == fx["expected"][kind]["reasons"]
+        assert stats == fx["expected"][kind]["stats"]
+        assert len(clean) == len(rows) - len(dirty) and find_contamination(clean, kind, index, 50)[0].is_empty()
