@@ -1,6 +1,7 @@
 """GRPO step time against TRL's GRPOTrainer, and SFT throughput on packed vs padded rows.
 
-    python -m benchmarks.grpo [--steps 5] [--prompts 4] [--group 8] [--max-new-tokens 32] [--sft-rows 96]
+    python -m benchmarks.grpo [--only grpo|sft] [--threads 1] [--steps 5] [--prompts 4] [--group 8]
+                              [--max-new-tokens 32] [--sft-rows 96]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.parquet`` and TRL
 (``pip install -e .[bench]``). Prints two tables:
@@ -15,11 +16,15 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
    assistant-only labels): packed into rows of ``--pack-length`` tokens (best-fit decreasing,
    document-local causal mask) against batches of ``--batch`` conversations padded to their
    longest. Throughput counts real (non-pad) tokens.
+
+``--only`` runs one table; ``--threads`` sets torch's intra-op threads (default 1: on shared cores
+more threads spin-wait). Each table is followed by the machine's load average (``os.getloadavg``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import tempfile
@@ -120,8 +125,8 @@ def sft_docs(tok, rows: int, max_len: int, seed: int = 0) -> list[tuple[np.ndarr
 
 
 def sft_throughput(model, batches: list[dict[str, torch.Tensor]], packed: bool) -> tuple[float, int, int]:
-    from packing.dataset import document_attention_mask
     from stages.losses import sft_loss
+    from stages.sft import packed_forward
     from stages.train_engine import OptimConfig, TorchEngine
 
     engine = TorchEngine(model, OptimConfig(lr=1e-5), len(batches))
@@ -129,8 +134,11 @@ def sft_throughput(model, batches: list[dict[str, torch.Tensor]], packed: bool) 
     seen = sum(b["input_ids"].numel() for b in batches)
     t0 = time.perf_counter()
     for b in batches:
-        mask = document_attention_mask(b["position_ids"]) if packed else b["attention_mask"]
-        logits = model(input_ids=b["input_ids"], attention_mask=mask, position_ids=b["position_ids"]).logits
+        if packed:  # the SFT stage's forward: SDPA per document
+            logits = packed_forward(model, b)
+        else:
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                           position_ids=b["position_ids"]).logits
         loss, _ = sft_loss(logits, b["labels"], position_ids=b["position_ids"] if packed else None)
         engine.backward(loss)
         engine.step()
@@ -170,8 +178,51 @@ def sft_batches(docs, pack_length: int, batch: int, pad_id: int):
     return packed, padded, plan.efficiency
 
 
+def load_note() -> str:
+    """The 1/5/15-minute load averages, printed next to every timing."""
+    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def grpo_table(tok, a, console: Console) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        tiny_model(tok, a.hidden, 2).save_pretrained(work / "model")
+        tok.save_pretrained(work / "model")
+        ours_t = ours(tok, work / "model", work, a)
+        trl_t = trl(tok, work / "model", work, a)
+    t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, "
+                    f"Llama hidden {a.hidden} x 2 layers, {a.steps} timed steps, {a.threads} thread(s)")
+    for col in ("implementation", "median s/step", "min s/step", "steps/s"):
+        t.add_column(col, justify="right" if col != "implementation" else "left")
+    for name, times in (("cascade-rl stages.grpo", ours_t), ("trl.GRPOTrainer", trl_t)):
+        med = statistics.median(times)
+        t.add_row(name, f"{med:.3f}", f"{min(times):.3f}", f"{1 / med:.2f}")
+    console.print(t)
+    console.print(f"ours / TRL median step time: {statistics.median(ours_t) / statistics.median(trl_t):.2f} "
+                  f"({load_note()})")
+
+
+def sft_table(tok, a, console: Console) -> None:
+    docs = sft_docs(tok, a.sft_rows, a.pack_length)
+    packed, padded, eff = sft_batches(docs, a.pack_length, a.batch, tok.pad_token_id)
+    t = Table(title=f"SFT on {len(docs)} real conversations ({sum(len(d[0]) for d in docs)} tokens), "
+                    f"Llama hidden 256 x 4 layers, fwd+bwd+AdamW, {a.threads} thread(s)")
+    for col in ("layout", "batches", "tokens computed", "real tokens", "seconds", "real tokens/s"):
+        t.add_column(col, justify="right" if col != "layout" else "left")
+    rates = {}
+    for name, batches, is_packed in ((f"packed ({a.pack_length}, BFD {eff:.1%} full)", packed, True),
+                                     (f"padded (batch {a.batch})", padded, False)):
+        secs, real, seen = sft_throughput(tiny_model(tok, 256, 4), batches, is_packed)
+        rates[is_packed] = real / secs
+        t.add_row(name, str(len(batches)), str(seen), str(real), f"{secs:.1f}", f"{real / secs:,.0f}")
+    console.print(t)
+    console.print(f"packed / padded tokens/s: {rates[True] / rates[False]:.2f}x ({load_note()})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("grpo", "sft"), help="run one table (default: both)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
@@ -183,38 +234,13 @@ def main() -> None:
     a = ap.parse_args()
     from transformers import AutoTokenizer
 
+    torch.set_num_threads(a.threads)
     tok = AutoTokenizer.from_pretrained(ASSET)
     console = Console()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        tiny_model(tok, a.hidden, 2).save_pretrained(work / "model")
-        tok.save_pretrained(work / "model")
-        ours_t = ours(tok, work / "model", work, a)
-        trl_t = trl(tok, work / "model", work, a)
-    t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, "
-                    f"Llama hidden {a.hidden} x 2 layers, {a.steps} timed steps")
-    for col in ("implementation", "median s/step", "min s/step", "steps/s"):
-        t.add_column(col, justify="right" if col != "implementation" else "left")
-    for name, times in (("cascade-rl stages.grpo", ours_t), ("trl.GRPOTrainer", trl_t)):
-        med = statistics.median(times)
-        t.add_row(name, f"{med:.3f}", f"{min(times):.3f}", f"{1 / med:.2f}")
-    console.print(t)
-    console.print(f"ours / TRL median step time: {statistics.median(ours_t) / statistics.median(trl_t):.2f}")
-
-    docs = sft_docs(tok, a.sft_rows, a.pack_length)
-    packed, padded, eff = sft_batches(docs, a.pack_length, a.batch, tok.pad_token_id)
-    t = Table(title=f"SFT on {len(docs)} real conversations ({sum(len(d[0]) for d in docs)} tokens), "
-                    f"Llama hidden 256 x 4 layers, fwd+bwd+AdamW")
-    for col in ("layout", "batches", "tokens computed", "real tokens", "seconds", "real tokens/s"):
-        t.add_column(col, justify="right" if col != "layout" else "left")
-    rates = {}
-    for name, batches, is_packed in ((f"packed ({a.pack_length}, BFD {eff:.1%} full)", packed, True),
-                                     (f"padded (batch {a.batch})", padded, False)):
-        secs, real, seen = sft_throughput(tiny_model(tok, 256, 4), batches, is_packed)
-        rates[is_packed] = real / secs
-        t.add_row(name, str(len(batches)), str(seen), str(real), f"{secs:.1f}", f"{real / secs:,.0f}")
-    console.print(t)
-    console.print(f"packed / padded tokens/s: {rates[True] / rates[False]:.2f}x")
+    if a.only in (None, "grpo"):
+        grpo_table(tok, a, console)
+    if a.only in (None, "sft"):
+        sft_table(tok, a, console)
 
 
 if __name__ == "__main__":

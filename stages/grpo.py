@@ -27,7 +27,13 @@ from pydantic import Field
 
 from stages.advantages import get_advantage, informative_groups
 from stages.base import StageConfig, StageResult
-from stages.environment import Environment, PromptBuilder, PromptTooLong, load_rl_rows, make_environment
+from stages.environment import (
+    Environment,
+    PromptBuilder,
+    PromptTooLong,
+    load_rl_rows,
+    make_environment,
+)
 from stages.losses import get_loss, token_logprobs
 from stages.rollout import Rollouts, SamplingConfig, make_rollout_engine
 from stages.runtime import StageRun

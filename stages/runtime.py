@@ -13,8 +13,10 @@ from __future__ import annotations
 import copy
 import random
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 from tqdm import tqdm
@@ -32,6 +34,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` torch intra-op threads, then restore the previous count
+    (``None``: leave it). On shared cores 1 thread avoids OpenMP spin-waiting (see params.yaml)."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class StageRun:
     """Context for one stage run; see the module docstring for its outputs.
 
@@ -46,22 +61,27 @@ class StageRun:
         self.counts: dict[str, int] = {}
         self.last: dict[str, float] = {}
 
-    def __enter__(self) -> StageRun:
+    def __enter__(self) -> Self:
         self.t0 = time.perf_counter()
-        if self.cfg.threads:
-            torch.set_num_threads(self.cfg.threads)
-        seed_everything(self.cfg.seed)
-        model, self.tokenizer = load_checkpoint(self.init)
-        model.train()
-        self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
-                                        self.cfg.zero_stage)
-        self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv",
-                               tensorboard_dir=Path("logs") / "tensorboard" / self.cfg.name)
+        self._restore = ExitStack()  # undone on exit, also when loading fails below
+        self._restore.enter_context(torch_threads(self.cfg.threads))
+        try:
+            seed_everything(self.cfg.seed)
+            model, self.tokenizer = load_checkpoint(self.init)
+            model.train()
+            self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
+                                            self.cfg.zero_stage)
+            self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv",
+                                   tensorboard_dir=Path("logs") / "tensorboard" / self.cfg.name)
+        except BaseException:
+            self._restore.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         if hasattr(self, "bar"):
             self.bar.close()
+        self._restore.close()
 
     def frozen_copy(self) -> torch.nn.Module:
         """A frozen copy of the initial policy (the KL reference), in eval mode."""

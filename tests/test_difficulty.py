@@ -71,3 +71,17 @@ def test_unmeasured_row_is_an_error(tmp_path):
     res, _ = measure(rows.head(1).to_dicts(), lambda c: [["yes"]], _score, tmp_path)
     with pytest.raises(ValueError, match="row b1 has no measured pass rate"):
         apply_pass_rates(rows, res, 0.0, 1.0)
+
+
+def test_token_counts_are_per_call_when_one_sampler_serves_several_sets(tmp_path):
+    """``policy_sampler`` counts tokens over its lifetime; each ``measure`` reports its own share."""
+    def sample(chunk):
+        sample.generated_tokens += 3 * len(chunk)
+        return [["yes", "no", "no"] for _ in chunk]
+
+    sample.generated_tokens = 0
+    a, b = rl_table(["a1", "a2"], prefix="a").to_dicts(), rl_table(["b1"], prefix="b").to_dicts()
+    _, first = measure(a, sample, _score, tmp_path / "a")
+    _, second = measure(b, sample, _score, tmp_path / "b")
+    assert (first["generated_tokens"], second["generated_tokens"]) == (6, 3)
+    assert first["rollouts"] == 6 and second["rollouts"] == 3

@@ -98,6 +98,43 @@ def test_hf_engine_logprobs_match_the_trainer_and_flags_truncation(tok):
     assert greedy[0] == greedy[1]
 
 
+def test_hf_engine_shared_prefill_equals_plain_generate_in_input_order(tok):
+    """Length-sorted chunks with one prefill per prompt return, in the caller's order, the greedy
+    tokens of a plain one-prompt ``generate``; sampled log-probs follow the temperature."""
+    model = tiny_llama(len(tok), initializer_range=0.5).eval()
+    prompts = [tok.encode("what is two plus two"), tok.encode("a"), tok.encode("hello there my old friend, hi")]
+    engine = HFRolloutEngine(model, tok, SamplingConfig(max_new_tokens=6, batch_size=4, temperature=0.7))
+    ro = engine.generate(prompts, n=2, greedy=True)
+    assert ro.prompt_ids == [p for p in prompts for _ in range(2)]
+    for i, p in enumerate(prompts):
+        plain = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                               max_new_tokens=6, do_sample=False, pad_token_id=engine.pad)[0, len(p):].tolist()
+        assert ro.response_ids[2 * i] == ro.response_ids[2 * i + 1] == plain[:len(ro.response_ids[2 * i])]
+    torch.manual_seed(1)
+    sampled = engine.generate(prompts, n=2)
+    with torch.no_grad():
+        trainer = response_logprobs(model, policy_batch(sampled, list(range(6)), engine.pad), temperature=0.7)
+    for i, lps in enumerate(sampled.logprobs):
+        assert torch.allclose(trainer[i, :len(lps)], torch.tensor(lps), atol=1e-4)
+
+
+def test_torch_threads_are_restored_after_a_block_and_a_failed_stage_start(tmp_path):
+    from stages.runtime import StageRun, torch_threads
+
+    original = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with torch_threads(1):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 3
+        cfg = GRPOConfig(name="t", runner="grpo", datasets=[], threads=1)
+        with pytest.raises(OSError), StageRun(cfg, [], tmp_path / "no_checkpoint"):
+            pass
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(original)
+
+
 def _stage_setup(tmp_path, tok, prompts, **over):
     model = tiny_llama(len(tok), initializer_range=0.5)
     model.save_pretrained(tmp_path / "init")
