@@ -10,12 +10,23 @@
   ``torch.nn.functional.scaled_dot_product_attention`` on its own.
   (Hugging Face models with ``attn_implementation="flash_attention_2"`` derive
   the same ``cu_seqlens`` from ``position_ids`` themselves.)
+- :func:`document_attention` (CPU, any Hugging Face model whose attention goes through
+  transformers' ``AttentionInterface``): switches the model to
+  :func:`document_sdpa_forward`, which runs SDPA on each document of each row, so a pack
+  costs the sum of its documents' squared lengths instead of the pack length squared
+  and no ``[B, T, T]`` mask is built. The training path of ``stages.sft``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+
+DOCUMENT_ATTENTION = "document_sdpa"
 
 
 def document_ids(position_ids: torch.Tensor) -> torch.Tensor:
@@ -87,3 +98,60 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
             kd, vd = kd.repeat_interleave(rep, 0), vd.repeat_interleave(rep, 0)
         out[s:e] = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, scale=softmax_scale).transpose(0, 1)
     return out
+
+
+def document_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                          attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                          position_ids: torch.Tensor | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """A transformers attention function (``AttentionInterface``): causal SDPA per document.
+
+    Args:
+        query: [B, H, T, D]; key, value: [B, H_kv, T, D] (H divisible by H_kv).
+        attention_mask: must be None (documents are found from ``position_ids``).
+        position_ids: int64 [B, T], restarting at 0 at every document (padding is one segment).
+
+    Returns:
+        ``([B, T, H, D], None)``, the layout transformers' attention functions return.
+
+    Raises:
+        ValueError: without ``position_ids``, with a mask, or with a KV cache (query and key
+            lengths differ): this is for full-sequence training/scoring forwards.
+    """
+    if position_ids is None:
+        raise ValueError(f"{DOCUMENT_ATTENTION} attention needs position_ids (restarting at every document)")
+    if attention_mask is not None:
+        raise ValueError(f"{DOCUMENT_ATTENTION} attention takes no attention_mask: documents come from position_ids")
+    if query.shape[2] != key.shape[2]:
+        raise ValueError(f"{DOCUMENT_ATTENTION} attention is for full-sequence forwards, not a KV cache")
+    b, h, t, d = query.shape
+    rep = h // key.shape[1]
+    out = query.new_empty(b, t, h, d)
+    starts = document_ids(position_ids)
+    for row in range(b):
+        bounds = torch.searchsorted(starts[row], torch.arange(1, int(starts[row, -1]) + 2, device=starts.device))
+        for s, e in zip([0, *bounds[:-1].tolist()], bounds.tolist(), strict=True):
+            q, k, v = query[row, :, s:e], key[row, :, s:e], value[row, :, s:e]
+            if rep > 1:
+                k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+            out[row, s:e] = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=scaling, dropout_p=dropout if module.training else 0.0).transpose(0, 1)
+    return out, None
+
+
+@contextmanager
+def document_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Run ``model`` (a Hugging Face model, or a wrapper with ``.module``) with
+    :func:`document_sdpa_forward` inside the block; its attention implementation is restored after.
+
+    Call the model with ``position_ids`` and no ``attention_mask``.
+    """
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(DOCUMENT_ATTENTION, document_sdpa_forward)
+    hf = getattr(model, "module", model)
+    previous = hf.config._attn_implementation
+    hf.set_attn_implementation(DOCUMENT_ATTENTION)
+    try:
+        yield
+    finally:
+        hf.set_attn_implementation(previous)

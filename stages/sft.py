@@ -3,8 +3,8 @@
 window; AdamW β=(0.9, 0.98), wd 0.1, cosine LR with warm-up (``optim`` in params).
 
 Packs come from ``cascade pack`` (:class:`packing.dataset.PackedDataset`). Attention never
-crosses documents: ``position_ids`` restart per document and the model gets the block-diagonal
-causal mask of :func:`packing.dataset.document_attention_mask` (CPU/SDPA path). Packs longer
+crosses documents: ``position_ids`` restart per document and the model runs
+:func:`packing.attention.document_sdpa_forward` (SDPA on each document; no ``[T, T]`` mask). Packs longer
 than ``max_tokens`` (the paper packs 256K tokens) are cut at document boundaries into windows of
 at most ``max_tokens``; a document longer than that is cropped (tokens counted in
 ``cropped_tokens``). ``max_tokens: null`` trains whole packs.
@@ -22,7 +22,8 @@ from typing import ClassVar
 import torch
 from pydantic import Field
 
-from packing.dataset import PackedDataset, collate_packed, document_attention_mask
+from packing.attention import document_attention
+from packing.dataset import PackedDataset, collate_packed
 from stages.base import StageConfig, StageResult
 from stages.losses import sft_loss, sft_target_mask
 from stages.runtime import StageRun
@@ -76,9 +77,10 @@ def _window(pack: dict[str, torch.Tensor], a: int, b: int, bounds: list[int]) ->
 
 
 def packed_forward(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Logits ``[B, T, V]`` of a collated packed batch with document-local attention."""
-    return model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
-                 attention_mask=document_attention_mask(batch["position_ids"]), use_cache=False).logits
+    """Logits ``[B, T, V]`` of a collated packed batch with document-local attention
+    (:func:`packing.attention.document_attention`)."""
+    with document_attention(model):
+        return model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
 
 
 def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:

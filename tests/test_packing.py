@@ -12,7 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.attention import document_attention_mask, varlen_attention
+from packing.attention import (
+    document_attention,
+    document_attention_mask,
+    varlen_attention,
+)
 from packing.dataset import PackedDataset, collate_packed
 from packing.overflow import OverflowStats, apply_overflow
 from packing.plan import plan_packs
@@ -146,6 +150,31 @@ def test_varlen_attention_on_cpu_equals_block_diagonal_dense_attention():
         varlen_attention(q, k, v, torch.tensor([0, 5], dtype=torch.int32))
 
 
+def test_document_attention_equals_the_dense_block_mask_in_values_and_gradients():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    pos = torch.stack([torch.cat([torch.arange(n) for n in lengths]) for lengths in ((5, 1, 7, 3), (9, 7))])
+    ids = torch.randint(0, 64, pos.shape)
+    grads = []
+    for use_blocks in (False, True):
+        model.zero_grad()
+        if use_blocks:
+            with document_attention(model):
+                logits = model(ids, position_ids=pos).logits
+        else:
+            logits = model(ids, position_ids=pos, attention_mask=document_attention_mask(pos)).logits
+        logits.square().mean().backward()
+        grads.append((logits.detach(), model.model.layers[0].self_attn.q_proj.weight.grad.clone()))
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-6, rtol=1e-4)
+    assert model.config._attn_implementation != "document_sdpa"  # restored after the block
+    with document_attention(model), pytest.raises(ValueError, match="takes no attention_mask"):
+        model(ids, position_ids=pos, attention_mask=document_attention_mask(pos))
+
+
 def test_packed_equals_unpacked_for_a_tiny_model(smollm2_dir, tmp_path):
     """Logits and summed loss of every document in a pack equal the document alone (fp32, 1e-5)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -171,9 +200,8 @@ def test_packed_equals_unpacked_for_a_tiny_model(smollm2_dir, tmp_path):
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                          max_position_embeddings=512)).eval()
-    with torch.no_grad():
-        packed = model(batch["input_ids"], position_ids=batch["position_ids"],
-                       attention_mask=document_attention_mask(batch["position_ids"])).logits[0]
+    with torch.no_grad(), document_attention(model):  # the SFT stage's path: SDPA per document
+        packed = model(batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
     ce = torch.nn.functional.cross_entropy
     labels = batch["labels"][0]
     token_loss = ce(packed[:-1], labels[1:], ignore_index=IGNORE_INDEX, reduction="none")  # HF shift
