@@ -1,15 +1,18 @@
 """Tokenization and packing speed/efficiency on the real SFT mix.
 
     python -m benchmarks.packing [--rows 2000] [--draws 1000000] [--pack-length 262144]
+                                 [--tokenizer DIR] [--only-tokenize]
 
 Needs ``data/sets/sft/train.parquet`` and ``data/assets/SmolLM2-135M-Instruct``
-(``dvc repro build asset``) and TRL (``pip install -e .[bench]``). Prints four tables:
+(``dvc repro build asset``) and TRL (``pip install -e .[bench]``). Prints three tables:
 
 1. tokenization with assistant masks: :class:`packing.tokenize.ChatTokenizer`
-   (two renders + one batched fast-tokenizer call + offsets) against a per-row
-   ``apply_chat_template(..., return_assistant_tokens_mask=True)`` loop, with
-   SmolLM2's own template (no ``{% generation %}``: all-zero masks) and with
-   the same template plus generation markers (real masks);
+   (two renders + batched encoding + offsets; tiktoken BPE on all cores, on
+   one thread, and the HF ``encode_batch`` instead) against a per-row
+   ``apply_chat_template(..., return_assistant_tokens_mask=True, return_dict=True)``
+   loop (one thread), with the tokenizer's own template (SmolLM2 and Qwen3 have
+   no ``{% generation %}``: all-zero masks) and, for SmolLM2, the same
+   template plus generation markers (real masks);
 2. packing the real mix at ``--pack-length``: our global BFD (plan on lengths,
    then tokens into packs) against TRL ``pack_dataset(strategy="bfd")`` with
    its default map batch (1,000 rows) and with one global batch;
@@ -21,6 +24,7 @@ Needs ``data/sets/sft/train.parquet`` and ``data/assets/SmolLM2-135M-Instruct``
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -31,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from packing.plan import plan_packs
-from packing.tokenize import ChatTokenizer, iter_tokenized, to_chat
+from packing.tokenize import ChatTokenizer, TemplateError, iter_tokenized, to_chat
 from packing.writer import iter_packs
 
 GLOBAL_TRL_MAX_DOCS = 100_000  # TRL's one-batch BFD over 1M int8 documents took 43 s and 13.6 GB (machine-facts.md)
@@ -51,7 +55,8 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def bench_tokenize(tok, rows: list[dict]) -> tuple[Table, list]:
+def bench_tokenize(tok, rows: list[dict], name: str) -> Table:
+    """Side by side on ``rows``: our ChatTokenizer variants against per-row HF ``apply_chat_template`` loops."""
     def hf_loop(template):
         masks = []
         for r in rows:
@@ -61,23 +66,42 @@ def bench_tokenize(tok, rows: list[dict]) -> tuple[Table, list]:
             masks.append(out["assistant_masks"])
         return masks
 
-    ct = ChatTokenizer(tok)
-    ours, t_ours = timed(lambda: [d for _, d in iter_tokenized(ct, rows, 256)])
-    zero, t_zero = timed(lambda: hf_loop(None))
-    gen, t_gen = timed(lambda: hf_loop(CHATML_GENERATION))
-    docs = [d for d in ours if hasattr(d, "input_ids")]
+    cores = len(os.sched_getaffinity(0))
+    ours = {}
+    for label, ct in ((f"ours: ChatTokenizer, tiktoken BPE, {cores} threads", ChatTokenizer(tok)),
+                      ("ours: ChatTokenizer, tiktoken BPE, 1 thread", ChatTokenizer(tok, threads=1)),
+                      (f"ours: ChatTokenizer, HF encode_batch ({cores} Rust threads)",
+                       ChatTokenizer(tok, use_tiktoken=False))):
+        ours[label] = timed(lambda ct=ct: [d for _, d in iter_tokenized(ct, rows, 256)])
+    hf = {"HF per-row loop, the tokenizer's own template (1 thread)": timed(lambda: hf_loop(None))}
+    if name == "SmolLM2":
+        hf["HF per-row loop, same template + {% generation %} (1 thread)"] = timed(lambda: hf_loop(CHATML_GENERATION))
+    first = next(iter(ours.values()))[0]
+    docs = [d for d in first if hasattr(d, "input_ids")]
     tokens = sum(len(d) for d in docs)
-    table = Table(title=f"tokenization with assistant masks, {len(rows)} real SFT rows, {tokens:,} tokens (SmolLM2)")
-    for c in ("method", "seconds", "tokens/s", "rows with an all-zero mask", "speed-up of ours"):
+    for label, (out, _) in ours.items():  # every variant gives the same ids and masks
+        assert all(type(x) is type(y) and (not hasattr(x, "input_ids") or (np.array_equal(x.input_ids, y.input_ids)
+                   and np.array_equal(x.loss_mask, y.loss_mask))) for x, y in zip(first, out, strict=True)), label
+    ct = ChatTokenizer(tok)
+    texts = []
+    for r in rows:
+        try:
+            texts.append(ct.spans(*to_chat(r["messages"], r["tools"]))[0])
+        except TemplateError:
+            pass
+    hf_rows = sum(e is None for e in ct.fast.encode_batch(texts)) if ct.fast else len(texts)
+    t_ref = min(t for _, t in hf.values())
+    table = Table(title=f"tokenization with assistant masks ({name}): {len(rows):,} real SFT rows, {tokens:,} tokens; "
+                        f"{hf_rows} rows left to the HF encoder; {cores} cores, load average "
+                        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
+    for c in ("method", "seconds", "tokens/s", "rows with an all-zero mask", "ours faster than the faster HF loop by"):
         table.add_column(c, justify="left" if c == "method" else "right")
-    table.add_row("ours: ChatTokenizer (2 renders + batched fast tokenizer + offsets)", f"{t_ours:.2f}",
-                  f"{tokens / t_ours:,.0f}", str(sum(not d.loss_mask.any() for d in docs) + len(ours) - len(docs)),
-                  "1.00x")
-    table.add_row("HF per-row loop, SmolLM2 template (no generation markers)", f"{t_zero:.2f}",
-                  f"{tokens / t_zero:,.0f}", str(sum(not any(m) for m in zero)), f"{t_zero / t_ours:.2f}x")
-    table.add_row("HF per-row loop, same template + {% generation %}", f"{t_gen:.2f}", f"{tokens / t_gen:,.0f}",
-                  str(sum(not any(m) for m in gen)), f"{t_gen / t_ours:.2f}x")
-    return table, ours
+    for label, (out, t) in ours.items():
+        zero = sum(not hasattr(d, "input_ids") or not d.loss_mask.any() for d in out)
+        table.add_row(label, f"{t:.2f}", f"{tokens / t:,.0f}", str(zero), f"{t_ref / t:.2f}x")
+    for label, (masks, t) in hf.items():
+        table.add_row(label, f"{t:.2f}", f"{tokens / t:,.0f}", str(sum(not any(m) for m in masks)), "")
+    return table
 
 
 def trl_pack(ids: pa.ListArray, pack_length: int, batch: int | None) -> tuple[int, float, float]:
@@ -132,6 +156,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2000, help="rows for the tokenization comparison")
     parser.add_argument("--draws", type=int, default=1_000_000)
     parser.add_argument("--pack-length", type=int, default=262144)
+    parser.add_argument("--only-tokenize", action="store_true", help="run the tokenization table alone")
     args = parser.parse_args()
     import datasets
     from transformers import AutoTokenizer
@@ -140,8 +165,11 @@ def main() -> None:
     console = Console(width=140)
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     rows = pq.read_table(Path(args.sft)).to_pylist()
-    table, _ = bench_tokenize(tok, rows[:args.rows])
-    console.print(table)
+    name = "Qwen3" if "qwen3" in args.tokenizer.lower() else "SmolLM2" if "smollm2" in args.tokenizer.lower() \
+        else Path(args.tokenizer).name
+    console.print(bench_tokenize(tok, rows[:args.rows], name))
+    if args.only_tokenize:
+        return
 
     docs = [d for _, d in iter_tokenized(ChatTokenizer(tok), rows, 256) if hasattr(d, "input_ids")]
     lens = np.array([len(d) for d in docs])

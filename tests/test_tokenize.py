@@ -38,12 +38,12 @@ def qwen3(qwen3_tokenizer_dir):
 
 @pytest.fixture(scope="module")
 def real_rows(sources_cache):
-    """Canonical SFT rows of two real sources: FastChat conversations (multi-turn) and ToolTalk (tool calls)."""
+    """Canonical SFT rows of real sources: FastChat conversations (multi-turn), ToolTalk (tool calls), ShareGPT."""
     from corpora.registry import load_registry
     from curation.ingest import ingest_source, source_root
     from curation.io import Rejects
 
-    specs = {s.name: s for s in load_registry(only=["fastchat_conversations", "tooltalk_conversations"])}
+    specs = {s.name: s for s in load_registry(only=["fastchat_conversations", "tooltalk_conversations", "sharegpt"])}
     return {name: ingest_source(spec, source_root(spec, sources_cache), Rejects("t")).rows
             for name, spec in specs.items()}
 
@@ -182,3 +182,129 @@ def test_qwen3_tokenizer_is_a_registered_npm_asset(qwen3_tokenizer_dir):
     assert sorted(p.name for p in qwen3_tokenizer_dir.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
     with pytest.raises(ValueError, match="kind"):
         ModelSpec.model_validate({**spec.model_dump(), "kind": "cargo"})
+
+
+# tiktoken's rank BPE must give the tokenizer's own ids: split regex (incl. (?i) contractions, digits,
+# whitespace runs, CRLF), multi-byte characters, added tokens glued to text, non-special added tokens.
+TRICKY_TEXTS = ["Hello <|im_start|>world\n  é 12345 <think>x</think>", "IT'S 'Ll we'VE\r\n\r\n   \t\n x",
+                "日本語のテキスト 😀👍🏽 naïve Ωmega ٣٤٥ ½ ²", "<|im_end|><|im_end|>\n\n<tool_call>{\"a\": 1}</tool_call>",
+                "    def f(x):\n\t\treturn x**2  # ok\n\n\n", ""]
+
+
+def multilingual(real_rows) -> list[dict]:
+    """40 ShareGPT rows with non-ASCII text (Chinese, Korean, emoji...) and 10 FastChat rows."""
+    rows = [r for r in real_rows["sharegpt"] if not all((m["content"] or "").isascii() for m in r["messages"])]
+    return rows[:40] + real_rows["fastchat_conversations"][:10]
+
+
+@pytest.mark.parametrize("name", ["smol", "qwen3"])
+def test_tiktoken_bpe_gives_the_tokenizers_ids_and_byte_offsets(name, request, real_rows):
+    from packing.bpe import fast_bpe
+
+    tok = request.getfixturevalue(name)
+    fast = fast_bpe(tok)
+    assert fast is not None and fast.nfc == (name == "qwen3")
+    ct = ChatTokenizer(tok, use_tiktoken=False)
+    texts = TRICKY_TEXTS + [ct.spans(*to_chat(r["messages"], r["tools"]))[0] for r in multilingual(real_rows)]
+    assert sum(not t.isascii() for t in texts) >= 40  # multi-byte text is really covered
+    for text, res, ref in zip(texts, fast.encode_batch(texts),
+                              tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False), strict=True):
+        ids, bounds = res
+        assert ids.tolist() == ref.ids, text[:80]
+        # the byte bounds are the HF character offsets: token i starts in the character HF says it starts at
+        char_of_byte = np.repeat(np.arange(len(text)), [len(c.encode()) for c in text])
+        assert bounds[-1] == len(char_of_byte)
+        assert char_of_byte[bounds[:-1]].tolist() == [s for s, _ in ref.offsets], text[:80]
+
+
+def test_texts_tiktoken_cannot_reproduce_are_left_to_the_hf_encoder(smol, qwen3):
+    from packing.bpe import fast_bpe
+
+    not_nfc, control = "Cafe\u0301 ok", "a\x04b"  # decomposed é; a byte SmolLM2's vocabulary lacks (HF drops it)
+    assert fast_bpe(qwen3).encode_batch([not_nfc, control])[0] is None  # Qwen3 normalizes to NFC
+    smol_out = fast_bpe(smol).encode_batch([not_nfc, control])
+    assert smol_out[0] is not None and smol_out[1] is None
+    assert smol.backend_tokenizer.encode(control, add_special_tokens=False).ids == [81, 82]  # the \x04 is gone
+    for tok in (smol, qwen3):
+        msgs = [{"role": "user", "content": control}, {"role": "assistant", "content": not_nfc}]
+        [fast], [slow] = (ChatTokenizer(tok, use_tiktoken=u).tokenize([row(msgs)]) for u in (True, False))
+        assert fast.input_ids.tolist() == slow.input_ids.tolist() and fast.loss_mask.tolist() == slow.loss_mask.tolist()
+        [run] = supervised_runs(tok, fast)  # Qwen3 adds an empty <think> block
+        assert "Caf" in run and run.endswith("ok<|im_end|>")
+
+
+def _with_backend(tok, edit):
+    """A copy of ``tok`` whose tokenizer.json was changed by ``edit(dict)``."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    edit(spec)
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+                                   chat_template=tok.chat_template, eos_token="<|im_end|>")
+
+
+def test_pipelines_tiktoken_does_not_reproduce_fall_back_to_the_hf_encoder(smol, real_rows):
+    from packing.bpe import fast_bpe
+
+    def swap_merges(spec):  # merge order no longer follows token ids: rank BPE would differ
+        merges = spec["model"]["merges"]
+        merges[100], merges[5000] = merges[5000], merges[100]
+
+    def lowercase(spec):
+        spec["normalizer"] = {"type": "Lowercase"}
+
+    def rstrip_added(spec):
+        spec["added_tokens"][2]["rstrip"] = True
+
+    rows = real_rows["fastchat_conversations"][:8]
+    for edit in (swap_merges, lowercase, rstrip_added):
+        tok = _with_backend(smol, edit)
+        assert fast_bpe(tok) is None, edit.__name__
+        ct = ChatTokenizer(tok)
+        assert ct.fast is None
+        for r, doc in zip(rows, ct.tokenize(rows), strict=True):
+            chat, _ = to_chat(r["messages"], r["tools"])
+            assert doc.input_ids.tolist() == tok.apply_chat_template(chat, return_dict=True)["input_ids"]
+    assert fast_bpe(_with_backend(smol, lambda spec: None)) is not None  # the copy itself is supported
+
+
+@pytest.mark.parametrize("name", ["smol", "qwen3"])
+def test_tiktoken_and_hf_encoders_give_identical_docs_on_real_rows(name, request, real_rows):
+    tok = request.getfixturevalue(name)
+    rows = multilingual(real_rows) + real_rows["tooltalk_conversations"][:20]
+    rows.append(row([{"role": "user", "content": "Dis « bonjour »"},  # multi-byte chars at both span edges
+                     {"role": "assistant", "content": "« Bonjour » 😀"}], uuid="fr"))
+    fast, slow = (ChatTokenizer(tok, use_tiktoken=u).tokenize(rows) for u in (True, False))
+    assert ChatTokenizer(tok).fast is not None
+    for r, a, b in zip(rows, fast, slow, strict=True):
+        assert type(a) is type(b), r["uuid"]
+        if isinstance(a, TemplateError):
+            assert a.reason == b.reason
+            continue
+        assert a.input_ids.tolist() == b.input_ids.tolist(), r["uuid"]
+        assert a.loss_mask.tolist() == b.loss_mask.tolist(), r["uuid"]
+        assert (a.turn_ends, a.reasoning_dropped) == (b.turn_ends, b.reasoning_dropped), r["uuid"]
+    [run] = supervised_runs(tok, fast[-1])
+    assert run.removeprefix("<think>\n\n</think>\n\n") == "« Bonjour » 😀<|im_end|>"  # Qwen3's empty think block
+
+
+def test_sampled_check_against_the_hf_encoder_names_a_disagreeing_row(smol, real_rows):
+    rows = real_rows["fastchat_conversations"][:5]
+    ct = ChatTokenizer(smol, check_every=2)
+    ct.tokenize(rows[:3])
+    ct.tokenize(rows[3:])
+    assert ct.checked == 3  # rows 0, 2 and 4 of the stream, across batches
+
+    encode = ct.fast.encode_batch
+
+    def one_id_off(texts):  # what a rank-BPE / merge-BPE disagreement would look like
+        out = encode(texts)
+        ids, bounds = out[0]
+        out[0] = (np.concatenate([ids[:7], ids[7:8] + 1, ids[8:]]), bounds)
+        return out
+
+    ct.fast.encode_batch = one_id_off
+    ct._fast_rows = 0
+    with pytest.raises(RuntimeError, match=rf"row '{rows[0]['uuid']}': tiktoken ids differ .* at token 7"):
+        ct.tokenize(rows)
