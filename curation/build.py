@@ -16,8 +16,15 @@ import polars as pl
 from curation.text import md5_hex
 
 
+def rank_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """``df`` plus ``_rank`` = ``md5(f"{seed}:{uuid}")`` (hex): the per-row part of ``build``, mapped
+    over the decontaminated tables by the executor."""
+    return df.with_columns(md5_hex(df["uuid"], f"{seed}:").alias("_rank"))
+
+
 def _rank(df: pl.DataFrame, seed: int) -> pl.DataFrame:
-    return df.with_columns(md5_hex(df["uuid"], f"{seed}:").alias("_rank")).sort("_rank")
+    """``df`` sorted by its seeded rank (the ``_rank`` column of :func:`rank_batch`, computed when absent)."""
+    return (df if "_rank" in df.columns else rank_batch(df, seed)).sort("_rank")
 
 
 def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
@@ -39,7 +46,8 @@ def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
     """Build every set.
 
     Args:
-        sft, rl: decontaminated canonical tables.
+        sft, rl: decontaminated canonical tables, with or without the ``_rank`` column of
+            :func:`rank_batch` (the executor's map computes it; the same value is computed here if absent).
         params: ``seed``, ``sft_validation_rows``, ``rl_validation_rows``,
             ``sft_max_rows_per_source`` {source: cap}, ``rl_max_rows_per_domain``
             {domain: cap}.

@@ -1,6 +1,8 @@
 """The ``cascade`` console script: one subcommand per pipeline step.
 
     cascade fetch | asset | ingest | dedup | decontaminate | validate | build | export
+    cascade --executor ray [--address auto] ingest | dedup | decontaminate | build | tokenize | export
+                                    on Ray Data (docs/ray.md)
     cascade summary                 per-step counts from metrics/*.json
     cascade train STAGE             a training stage of params.yaml's cascade (sft, if_rl, ...)
     cascade report                  per-domain validation across the stages, regressions, lineage
@@ -57,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cascade", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
+    parser.add_argument("--executor", choices=("local", "ray"), help="override params executor.kind (docs/ray.md)")
+    parser.add_argument("--address", help="ray: cluster address ('auto' joins the running cluster); "
+                        "unset starts a local Ray")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn in STEPS.items():
         doc = (fn.__doc__ or name).strip().splitlines()[0].replace("``", "")
@@ -118,8 +123,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from curation.pipeline import run_step
 
+    params = load_params(args.params)
+    params["executor"] = {**(params.get("executor") or {}),
+                          **({"kind": args.executor} if args.executor else {}),
+                          **({"address": args.address} if args.address else {})}
     try:
-        run_step(args.command, load_params(args.params))
+        run_step(args.command, params)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"cascade {args.command}: error: {exc}", file=sys.stderr)
         return 1

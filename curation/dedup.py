@@ -11,13 +11,16 @@ or ``across_domains``); optionally (``rl_vs_sft``) RL prompts that near-duplicat
 an SFT row's user turns are removed as well. Rows of ``exempt_sources`` (seeded
 generators whose distinct problems share a long instruction template) get exact
 dedup only. :func:`run_dedup` streams the
-parquet row groups, so memory holds per-row hashes and signatures, not tables.
+parquet row groups, so memory holds per-row hashes and signatures, not tables; its per-batch
+passes run on an executor (:mod:`curation.executor`: this process, or Ray Data).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from corpora.schema import SCHEMAS
+from curation.executor import Executor, LocalExecutor, ParquetBatches
 from curation.io import Rejects, atomic_path, finish_step, write_parquet
 from curation.minhash import MinHashConfig, cross_dedup, near_dedup
 from curation.text import md5_hex, normalize, row_text, user_text
@@ -58,21 +62,39 @@ def exact_dedup(df: pl.DataFrame, kind: str, normalized: bool = True) -> tuple[p
             df.join(dupes, on="uuid", how="inner", maintain_order="left"))
 
 
-def _stream(path: Path, rows: int, skip: pl.Series | None = None) -> Iterator[pl.DataFrame]:
+def _stream(path: Path, rows: int) -> Iterator[pl.DataFrame]:
     for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
-        frame = pl.from_arrow(batch)
-        yield frame if skip is None else frame.filter(~pl.col("uuid").is_in(skip.implode()))
+        yield pl.from_arrow(batch)
+
+
+def key_batch(frame: pl.DataFrame, kind: str, normalized: bool) -> pl.DataFrame:
+    """Map of the exact pass: ``uuid``, ``h`` (:func:`text_hashes`), ``source``, ``domain`` of each row."""
+    return frame.select("uuid", text_hashes(frame, kind, normalized).alias("h"), "source", "domain")
+
+
+def text_batch(frame: pl.DataFrame, kind: str, user_only: bool, skip: pl.Series) -> pl.DataFrame:
+    """Projection of the near passes: ``uuid``, ``text`` (row text, or the user turns) of the
+    rows of ``frame`` whose uuid is not in ``skip``."""
+    text = user_text(kind) if user_only else row_text(kind)
+    return frame.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", text.alias("text"))
+
+
+def _gather(frames: Iterator[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFrame:
+    return pl.concat([pl.DataFrame(schema=schema), *frames])
 
 
 def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: Path,
-              signatures: Path, root: Path = Path(".")) -> dict[str, Any]:
+              signatures: Path, root: Path = Path("."), executor: Executor | None = None) -> dict[str, Any]:
     """The ``dedup`` step over ``src/{sft,rl}.parquet``: writes ``out/{kind}.parquet``, the
     MinHash signatures ``signatures/{kind}.parquet`` (settings in the parquet metadata
     key ``minhash``), ``metrics/dedup.json`` and ``rejects/dedup.parquet``.
 
-    ``priority`` maps a source name to its registry position (lower survives).
+    ``priority`` maps a source name to its registry position (lower survives). The per-batch
+    passes (hashes, signatures, shingle sets) run on ``executor`` (default: this process); the
+    exact-duplicate groups, LSH banding, Jaccard checks, components and the writes on the driver.
     Raises :class:`curation.minhash.DedupAlarm` when an alarm fires with ``on_alarm: fail``.
     """
+    ex = executor or LocalExecutor()
     p, near = params["dedup"], params["dedup"].get("near") or {}
     cfg = MinHashConfig.from_params(near)
     rows = cfg.batch_rows
@@ -82,23 +104,21 @@ def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: 
     stats: dict[str, Any] = {}
     for kind in KINDS:
         path = src / f"{kind}.parquet"
-        keys = pl.concat([f.select("uuid", text_hashes(f, kind, p["normalize"]).alias("h"))
-                          for f in _stream(path, rows)] or [pl.DataFrame(schema={"uuid": pl.Utf8, "h": pl.Utf8})])
-        exact = exact_duplicates(keys)
+        keys = _gather(ex.map_parquet(path, partial(key_batch, kind=kind, normalized=p["normalize"]), rows),
+                       {"uuid": pl.Utf8, "h": pl.Utf8, "source": pl.Utf8, "domain": pl.Utf8})
+        exact = exact_duplicates(keys.select("uuid", "h"))
         parts = [exact]
         stats[kind] = {"rows_in": len(keys), "exact_duplicates": len(exact)}
         if near.get("enabled", True):
-            exempt = pl.concat([f.filter(pl.col("source").is_in(near.get("exempt_sources") or []))["uuid"]
-                                for f in _stream(path, rows)] or [pl.Series("uuid", [], pl.Utf8)])
+            exempt = keys.filter(pl.col("source").is_in(near.get("exempt_sources") or []))["uuid"]
             skip = exact["uuid"].append(exempt)
-            meta = pl.concat([f.select("uuid", "source", "domain") for f in _stream(path, rows, skip)]
-                             or [pl.DataFrame(schema={"uuid": pl.Utf8, "source": pl.Utf8, "domain": pl.Utf8})])
+            meta = keys.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", "source", "domain")
             meta = meta.with_columns(
                 (pl.col("domain") if near.get("scope", "within_domain") == "within_domain"
                  else pl.lit("all")).alias("group"),
                 pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
-            batches = lambda path=path, skip=skip, kind=kind: (
-                f.select("uuid", row_text(kind).alias("text")) for f in _stream(path, rows, skip))
+            batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
+                                     cfg.workers)
             near_removed, sig, st = near_dedup(batches, meta, cfg, near.get("alarms") or _NO_ALARMS, kind)
             parts.append(near_removed.select("uuid", "reason"))
             stats[kind]["near"] = st
@@ -107,14 +127,15 @@ def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: 
                           signatures / f"{kind}.parquet")
         removed[kind] = pl.concat(parts)
     if near.get("enabled", True) and near.get("rl_vs_sft", False):
-        rl_removed, st = _rl_vs_sft(src, removed, cfg, rows)
+        rl_removed, st = _rl_vs_sft(ex, src, removed, cfg)
         removed["rl"] = pl.concat([removed["rl"], rl_removed.select("uuid", "reason")])
         stats["rl_vs_sft"] = st
     rejects, rows_in, rows_out = Rejects("dedup"), 0, 0
     for kind in KINDS:
+        before = rejects.counts()
         n_in, n_out = _write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, removed[kind], rejects, rows)
         rows_in, rows_out = rows_in + n_in, rows_out + n_out
-        by_source = rejects_by_source(rejects, removed[kind])
+        by_source = by_source_and_reason(rejects.counts() - before)
         stats[kind].update(rows_out=n_out, duplicates_by_source=by_source)
     return finish_step("dedup", rows_in, rows_out, rejects, root=root, per_table=stats,
                        minhash=cfg.settings() if near.get("enabled", True) else None)
@@ -123,15 +144,20 @@ def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: 
 _NO_ALARMS = {"max_cluster_size": float("inf"), "max_source_loss": 1.0, "on_alarm": "warn"}
 
 
-def _rl_vs_sft(src: Path, removed: dict[str, pl.DataFrame], cfg: MinHashConfig, rows: int):
+def _rl_vs_sft(ex: Executor, src: Path, removed: dict[str, pl.DataFrame], cfg: MinHashConfig):
     def side(kind: str):
-        path = src / f"{kind}.parquet"
-        meta = pl.concat([f.select("uuid", "source") for f in _stream(path, rows, removed[kind]["uuid"])])
-        return (lambda: (f.select("uuid", user_text(kind).alias("text"))
-                         for f in _stream(path, rows, removed[kind]["uuid"]))), meta
+        path, skip = src / f"{kind}.parquet", removed[kind]["uuid"]
+        meta = _gather(ex.map_parquet(path, partial(_id_source, skip=skip), cfg.batch_rows),
+                       {"uuid": pl.Utf8, "source": pl.Utf8})
+        return ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=True, skip=skip), cfg.batch_rows,
+                              cfg.workers), meta
 
     (sft, sft_meta), (rl, rl_meta) = side("sft"), side("rl")
     return cross_dedup(sft, sft_meta, rl, rl_meta, cfg, "rl prompt vs sft prompt")
+
+
+def _id_source(frame: pl.DataFrame, skip: pl.Series) -> pl.DataFrame:
+    return frame.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", "source")
 
 
 def _write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, rejects: Rejects,
@@ -151,13 +177,10 @@ def _write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, reject
     return n_in, n_out
 
 
-def rejects_by_source(rejects: Rejects, removed: pl.DataFrame) -> dict[str, dict[str, int]]:
-    """Rows removed per source and kind of duplicate (``exact_duplicate`` / ``near_duplicate``)."""
-    ids = set(removed["uuid"].to_list())
+def by_source_and_reason(counts: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """``{source: {category: rows}}`` from :meth:`curation.io.Rejects.counts` (e.g. the rows one
+    table lost as ``exact_duplicate`` / ``near_duplicate``)."""
     out: dict[str, dict[str, int]] = {}
-    for r in rejects.rows:
-        if r["record_id"] in ids:
-            why = r["reason"].split(":")[0]
-            out.setdefault(r["source"], {}).setdefault(why, 0)
-            out[r["source"]][why] += 1
-    return {s: dict(sorted(v.items())) for s, v in sorted(out.items())}
+    for (source, category), n in sorted(counts.items()):
+        out.setdefault(source, {})[category] = n
+    return out

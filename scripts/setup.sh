@@ -23,7 +23,7 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24"
 # torch==2.13.0 resolves to the CPU wheel on these machines; constraints.txt pins the rest.
 .venv/bin/python -m pip install --progress-bar off --disable-pip-version-check -c constraints.txt \
-  -e ".[dev,distributed]" 2>&1 | { grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true; }
+  -e ".[dev,distributed,ray]" 2>&1 | { grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true; }
 .venv/bin/python -m pip check >/dev/null || { .venv/bin/python -m pip check; exit 1; }
 [ -d .git ] && .venv/bin/dvc config core.analytics false >/dev/null 2>&1 || true
 echo "$want" > "$stamp"

@@ -1,0 +1,195 @@
+"""Where the table-shaped steps run their per-batch work: in this process (``local``) or as
+Ray Data pipelines (``ray``, :mod:`curation.ray_exec`).
+
+A step is split into pure per-batch functions ``fn(frame: pl.DataFrame, **shared) -> pl.DataFrame``
+(the *map*, e.g. :func:`curation.minhash.signature_batch`) and a global reduce on the driver over
+what they return (exact-duplicate groups, connected components, decontamination matching). Both
+executors call the same functions and yield their results in input row order, so the outputs do
+not depend on the executor (``tests/test_ray_executor.py`` checks byte-identical files).
+
+Params (``params.yaml: executor``)::
+
+    kind: local | ray          # ray: Ray Data map_batches over the step's parquet inputs
+    address: null              # ray: null starts a local Ray on this machine; "auto" joins a cluster
+    num_cpus: 2                # local Ray only
+    object_store_mb: 1024      # local Ray only: the plasma store limit (spills to disk beyond it)
+    block_mb: 8                # Ray Data target block size (smaller: more parallel map tasks)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.io import ROW_GROUP_SIZE, atomic_path
+
+BatchFn = Callable[..., pl.DataFrame]
+"""A pure map ``fn(frame, **shared) -> frame``: no state, no I/O, same output for the same rows."""
+
+KINDS = ("local", "ray")
+
+
+class Executor(Protocol):
+    """Runs a :data:`BatchFn` over every batch of a parquet file, yielding results in row order."""
+
+    kind: str
+
+    def map_parquet(self, path: str | Path, fn: BatchFn, batch_rows: int, shared: dict[str, Any] | None = None,
+                    workers: int = 1, row_index: bool = False) -> Iterator[pl.DataFrame]:
+        """``fn(batch, **shared)`` for consecutive batches of ``path`` (at most ``batch_rows`` rows each
+        locally; Ray Data's blocks on ``ray``), in row order. ``shared`` is sent to every worker once
+        (``ray.put``); ``workers`` is the local thread count. ``row_index``: each batch starts with a
+        UInt32 column ``row_index``, the row's position in the file (:func:`indexed_batches`)."""
+        ...
+
+    def map_items(self, items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
+        """``[fn(item) for item in items]`` for picklable items and results, in order (on Ray: one
+        Ray Data row, and task, per item)."""
+        ...
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], workers: int) -> Iterator[Any]:
+    """``map(fn, items)`` on ``workers`` threads, in order, with at most 2*workers items in flight."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        pending = []
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * workers:
+                yield pending.pop(0).result()
+        for fut in pending:
+            yield fut.result()
+
+
+class LocalExecutor:
+    """In-process executor: parquet batches of ``batch_rows`` rows, ``workers`` threads."""
+
+    kind = "local"
+
+    def map_parquet(self, path: str | Path, fn: BatchFn, batch_rows: int, shared: dict[str, Any] | None = None,
+                    workers: int = 1, row_index: bool = False) -> Iterator[pl.DataFrame]:
+        """See :meth:`Executor.map_parquet`; raises FileNotFoundError naming a missing input."""
+        if not Path(path).exists():
+            raise FileNotFoundError(f"missing input {path}: run the step that writes it first (dvc repro)")
+        frames = (indexed_batches(path, batch_rows) if row_index else
+                  (pl.from_arrow(b) for b in pq.ParquetFile(path).iter_batches(batch_size=batch_rows)))
+        return ordered_map(partial(_call, fn, shared or {}), frames, workers)
+
+    def map_items(self, items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
+        """See :meth:`Executor.map_items`."""
+        return [fn(item) for item in items]
+
+
+def indexed_batches(path: str | Path, batch_rows: int, row_group: int | None = None) -> Iterator[pl.DataFrame]:
+    """Batches of at most ``batch_rows`` rows of the parquet file ``path`` (of its row group
+    ``row_group`` only, if given), each led by a UInt32 column ``row_index``: the row's position in
+    the whole file, so a map that depends on it (e.g. which rows to cross-check) gives the same
+    result whichever worker reads which part of the file."""
+    f = pq.ParquetFile(path)
+    first = sum(f.metadata.row_group(g).num_rows for g in range(row_group or 0))
+    for batch in f.iter_batches(batch_size=batch_rows, row_groups=None if row_group is None else [row_group]):
+        frame = pl.from_arrow(pa.Table.from_batches([batch]))
+        yield frame.with_row_index("row_index", offset=first)
+        first += len(frame)
+
+
+def _call(fn: BatchFn, shared: dict[str, Any], frame: pl.DataFrame) -> pl.DataFrame:
+    return fn(frame, **shared)
+
+
+def then(frame: pl.DataFrame, first: BatchFn, second: BatchFn, **shared: Any) -> pl.DataFrame:
+    """``second(first(frame), **shared)``: compose a projection with a map (picklable with partial)."""
+    return second(first(frame), **shared)
+
+
+@dataclass
+class ParquetBatches:
+    """The re-iterable text stream of :data:`curation.minhash.Batches` over a parquet file, whose
+    ``map`` runs a :data:`BatchFn` on ``executor`` (``prep`` projects each raw batch first)."""
+
+    executor: Executor
+    path: Path
+    prep: BatchFn
+    batch_rows: int
+    workers: int = 1
+
+    def __call__(self) -> Iterator[pl.DataFrame]:
+        return self.map(lambda frame: frame)
+
+    def map(self, fn: BatchFn, **shared: Any) -> Iterator[pl.DataFrame]:
+        """``fn(prep(batch), **shared)`` on every batch, in order."""
+        return self.executor.map_parquet(self.path, partial(then, first=self.prep, second=fn), self.batch_rows,
+                                         shared, self.workers)
+
+
+def gather(ex: Executor, path: str | Path, fn: BatchFn, batch_rows: int, shared: dict[str, Any],
+           empty: pl.DataFrame) -> pl.DataFrame:
+    """The whole table of ``fn`` mapped over ``path`` on ``ex``, in row order and in one chunk (so
+    what is written from it does not depend on the batches); ``empty`` (``fn`` of no rows) gives
+    the columns when ``path`` has no rows."""
+    return pl.concat([empty, *ex.map_parquet(path, fn, batch_rows, shared)], rechunk=True)
+
+
+def write_frames(frames: Iterator[pl.DataFrame], path: str | Path, schema: pa.Schema) -> int:
+    """Stream ``frames`` (cast to ``schema``) into one parquet file atomically; returns rows written.
+
+    Row groups hold :data:`curation.io.ROW_GROUP_SIZE` rows and each is written from one arrow
+    chunk whatever the frame sizes (page boundaries follow arrow chunks), so the file is
+    byte-identical to :func:`curation.io.write_parquet` of the concatenated, rechunked table.
+    """
+    rows, pending, held = 0, [], 0
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        def flush(final: bool) -> None:
+            nonlocal pending, held
+            table = pa.concat_tables(pending) if pending else schema.empty_table()
+            cut = len(table) if final else len(table) - len(table) % ROW_GROUP_SIZE
+            if cut or (final and rows == 0):  # write_parquet writes one empty row group for no rows
+                writer.write_table(table.slice(0, cut).combine_chunks(), row_group_size=ROW_GROUP_SIZE)
+            pending, held = [table.slice(cut)], len(table) - cut
+
+        for frame in frames:
+            pending.append(frame.to_arrow().select(schema.names).cast(schema))
+            held += len(frame)
+            rows += len(frame)
+            if held >= ROW_GROUP_SIZE:
+                flush(False)
+        flush(True)
+    return rows
+
+
+def from_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The ``executor`` section with defaults filled; raises ValueError on an unknown ``kind``."""
+    p = {"kind": "local", "address": None, "num_cpus": 2, "object_store_mb": 1024, "block_mb": 8,
+         **(params.get("executor") or {})}
+    if p["kind"] not in KINDS:
+        raise ValueError(f"executor.kind must be one of {KINDS}, got {p['kind']!r}")
+    return p
+
+
+@contextmanager
+def open_executor(params: dict[str, Any]) -> Iterator[Executor]:
+    """The executor of ``params['executor']``; a Ray one is connected (or started) on entry and
+    shut down on exit. Raises ImportError naming the extra when ``ray`` is asked for but missing."""
+    p = from_params(params)
+    if p["kind"] == "local":
+        yield LocalExecutor()
+        return
+    from curation.ray_exec import RayExecutor
+
+    ex = RayExecutor(p)
+    try:
+        yield ex
+    finally:
+        ex.close()

@@ -1,0 +1,195 @@
+"""The ``ray`` executor gives the same bytes as ``local``: ingest, dedup (exact, MinHash near-dedup,
+RL vs SFT), decontamination, build, tokenize and export on real rows of a reduced source set, on one
+module-scoped local Ray."""
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+import ray
+import yaml
+
+from corpora.registry import load_registry
+from corpora.schema import SCHEMAS
+from curation.dedup import run_dedup
+from curation.executor import LocalExecutor, from_params, open_executor, write_frames
+from curation.ingest import run_ingest
+from curation.io import write_parquet
+from curation.pipeline import run_step
+from curation.ray_exec import RayExecutor
+from tests.handed import handed_case
+from tests.rows import rl_table, sft_table
+
+REPO = Path(__file__).resolve().parents[1]
+# SFT solutions and RL problems of MBPP and MATH (MATH test holds the MATH-500 problems), two benchmarks
+REDUCED = ["math_solutions", "mbpp_solutions", "math_problems", "mbpp_problems", "math500", "humaneval"]
+OUTPUTS = ["data/ingested/sft.parquet", "data/ingested/rl.parquet", "data/ingested/benchmarks.parquet",
+           "rejects/ingest.parquet", "metrics/ingest.json",
+           "data/dedup/sft.parquet", "data/dedup/rl.parquet", "data/minhash/sft.parquet", "data/minhash/rl.parquet",
+           "rejects/dedup.parquet", "metrics/dedup.json",
+           "data/decontaminated/sft.parquet", "data/decontaminated/rl.parquet", "rejects/decontaminate.parquet",
+           "metrics/decontaminate.json", "metrics/decontamination.json",
+           *[f"{d}/{s}.{e}" for s in ("build", "tokenize", "export") for d, e in (("rejects", "parquet"),
+                                                                             ("metrics", "json"))]]
+TREES = ["data/sets", "data/tokenized", "release"]  # every file under them compared too
+RAY = {"kind": "ray", "num_cpus": 2, "object_store_mb": 512, "block_mb": 1}
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray for the module; every RayExecutor of the tests joins it."""
+    ray.init(num_cpus=2, object_store_memory=512 << 20, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _params(kind: str, only: list[str] | None = REDUCED, tokenizer: Path | None = None) -> dict:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["sources"]["only"] = only
+    params["dedup"]["near"]["rl_vs_sft"] = True  # also run the cross pass on both executors
+    if only == REDUCED:  # a few hundred SFT rows to tokenize; a mix of the two RL domains there are
+        params["build"]["sft_max_rows_per_source"] = {"math_solutions": 200, "mbpp_solutions": 200}
+        params["build"]["mixes"] = {"reduced": {"total": 300, "weights": {"math": 0.6, "code": 0.4}}}
+    # truncation (counters summed over batches; no_supervised_tokens rejects), a cross-check every 7th row
+    params["tokenize"].update(tokenizer=str(tokenizer), max_length=256, overflow="truncate", check_every=7,
+                              batch_rows=32)
+    params["executor"] = RAY if kind == "ray" else {"kind": "local"}
+    return params
+
+
+def _run_both(root: Path, sources: Path, only: list[str] | None, tokenizer: Path) -> dict[str, Path]:
+    """``{kind: run directory}`` after ``ingest``, ``decontam_index``, ``dedup``, ``decontaminate``,
+    ``build``, ``tokenize`` and ``export``."""
+    out = {}
+    for kind in ("local", "ray"):
+        run = root / kind
+        (run / "data").mkdir(parents=True)
+        (run / "corpora").symlink_to(REPO / "corpora")
+        (run / "data/sources").symlink_to(sources)  # export reads the fetch manifest
+        with contextlib.chdir(run):
+            params = _params(kind, only, tokenizer)
+            run_ingest(load_registry(REPO / "corpora/sources.yaml", only), sources, Path("data/ingested"),
+                       executor=LocalExecutor() if kind == "local" else RayExecutor(from_params(params)))
+            for step in ("decontam_index", "dedup", "decontaminate", "build", "tokenize", "export"):
+                run_step(step, params)
+        out[kind] = run
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, sources_cache, smollm2_dir, ray_session):
+    return _run_both(tmp_path_factory.mktemp("reduced"), sources_cache, REDUCED, smollm2_dir)
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def _digests(run: Path) -> dict[str, str]:
+    """md5 of every compared output of a run, by path (the trees' files listed, so none is missed)."""
+    files = OUTPUTS + [str(f.relative_to(run)) for t in TREES for f in sorted((run / t).rglob("*")) if f.is_file()]
+    return {f: _md5(run / f) for f in files}
+
+
+def test_ray_outputs_are_byte_identical_to_local(runs):
+    local, ray_ = _digests(runs["local"]), _digests(runs["ray"])
+    assert sorted(local) == sorted(ray_)
+    assert [f for f in local if local[f] != ray_[f]] == []
+
+
+@pytest.mark.slow
+def test_ray_outputs_are_byte_identical_to_local_on_the_default_sources(tmp_path, sources_cache, smollm2_dir,
+                                                                        ray_session):
+    runs = _run_both(tmp_path, sources_cache, None, smollm2_dir)
+    local, ray_ = _digests(runs["local"]), _digests(runs["ray"])
+    assert sorted(local) == sorted(ray_) and [f for f in local if local[f] != ray_[f]] == []
+
+
+def test_the_compared_run_removed_real_duplicates_and_contamination(runs):
+    dedup = json.loads((runs["ray"] / "metrics/dedup.json").read_text())
+    assert dedup["per_table"]["rl"]["exact_duplicates"] > 0  # MATH test repeats a few problems verbatim
+    assert dedup["per_table"]["sft"]["near"]["verified_edges"] > 0
+    assert dedup["rejected_by_reason"]["near_duplicate"] > 0
+    decon = json.loads((runs["ray"] / "metrics/decontaminate.json").read_text())
+    # every MATH-500 problem is in the MATH test split: caught in the RL table on Ray as locally
+    assert decon["per_table"]["rl"]["contaminated_by_benchmark"]["math500"] >= 490
+    assert decon["rows_in"] == decon["rows_out"] + decon["rows_rejected"]
+
+
+def test_the_compared_run_built_tokenized_and_exported_real_rows(runs):
+    build = json.loads((runs["ray"] / "metrics/build.json").read_text())
+    assert build["sets"]["sft"] == {"train": 360, "validation": 40}  # 2 sources capped at 200, a tenth held out
+    assert build["rejected_by_reason"] == {"mix_cap": build["rows_rejected"]} and build["rows_rejected"] > 0
+    assert build["mixes"]["reduced"]["math"]["wanted"] == 180 and build["mixes"]["reduced"]["code"]["wanted"] == 120
+    tok = json.loads((runs["ray"] / "metrics/tokenize.json").read_text())
+    assert tok["rows_in"] == 400 and tok["overflow_stats"]["truncated_rows"] > 0
+    assert tok["rejected_by_reason"] == {"no_supervised_tokens": tok["rows_rejected"]} and tok["rows_rejected"] > 0
+    # rows at positions 0, 7, 14, ... of each split, whichever Ray worker tokenized them: 52 of 360, 6 of 40
+    assert tok["encoder"] == "tiktoken" and tok["rows_checked_against_hf"] == 52 + 6
+    export = json.loads((runs["ray"] / "metrics/export.json").read_text())
+    assert export["releases"]["sft"]["configs"] == {"code": {"train": 180, "validation": 20},
+                                                    "math": {"train": 180, "validation": 20}}
+
+
+def test_dedup02_normalized_copies_removed_on_ray(tmp_path, ray_session):
+    case = handed_case("DEDUP-02")
+    write_parquet(sft_table(case["input"]["docs"]).to_arrow(), tmp_path / "in/sft.parquet", SCHEMAS["sft"])
+    write_parquet(rl_table(["What is 1 + 1?"]).to_arrow(), tmp_path / "in/rl.parquet", SCHEMAS["rl"])
+    params = _params("ray")
+    params["dedup"]["near"]["rl_vs_sft"] = False
+    with open_executor(params) as ex:
+        assert isinstance(ex, RayExecutor)
+        m = run_dedup(params, {"train_src": 0}, tmp_path / "in", tmp_path / "out", tmp_path / "sig",
+                      tmp_path, executor=ex)
+    kept = pl.read_parquet(tmp_path / "out/sft.parquet")["uuid"].to_list()
+    assert [int(u[1:]) for u in kept] == case["expected"]["normalize_true_kept"]
+    assert m["per_table"]["sft"]["exact_duplicates"] == 2
+
+
+def _pid(frame: pl.DataFrame, offset: int) -> pl.DataFrame:
+    return frame.select("uuid", (pl.col("x") + offset).alias("y"), pl.lit(os.getpid()).alias("pid"))
+
+
+def test_ray_map_keeps_row_order_broadcasts_shared_and_runs_in_workers(tmp_path, ray_session):
+    n = 20_000
+    frame = pl.DataFrame({"uuid": [f"u{i:05d}" for i in range(n)], "x": range(n),
+                          "pad": ["x" * 200] * n})  # ~4 MB: several 1 MB blocks
+    frame.write_parquet(tmp_path / "t.parquet", row_group_size=2_000)
+    with open_executor({"executor": RAY}) as ex:
+        out = pl.concat(ex.map_parquet(tmp_path / "t.parquet", _pid, 1_000, {"offset": 7}))
+    assert out["uuid"].to_list() == frame["uuid"].to_list()
+    assert out["y"].to_list() == [i + 7 for i in range(n)]
+    assert os.getpid() not in set(out["pid"].to_list())
+    local = pl.concat(LocalExecutor().map_parquet(tmp_path / "t.parquet", _pid, 1_000, {"offset": 7}, workers=2))
+    assert local.drop("pid").equals(out.drop("pid"))
+    with open_executor({"executor": RAY}) as ex:  # one task per row group, each batch knows its rows' positions
+        indexed = pl.concat(ex.map_parquet(tmp_path / "t.parquet", _positions, 300, row_index=True))
+    assert indexed["row_index"].to_list() == list(range(n)) and indexed["x"].to_list() == list(range(n))
+    local = pl.concat(LocalExecutor().map_parquet(tmp_path / "t.parquet", _positions, 300, row_index=True))
+    assert local.drop("pid").equals(indexed.drop("pid"))
+
+
+def _positions(frame: pl.DataFrame) -> pl.DataFrame:
+    assert len(frame) <= 300
+    return frame.select("row_index", "x", pl.lit(os.getpid()).alias("pid"))
+
+
+@pytest.mark.parametrize("sizes", [[5, 9_995, 10_000, 3], [25_003], [1] * 3 + [10_000]])
+def test_write_frames_is_byte_identical_to_write_parquet(tmp_path, sizes):
+    table = rl_table([f"problem {i} " * (i % 7 + 1) for i in range(sum(sizes))])
+    write_parquet(table.to_arrow(), tmp_path / "a.parquet", SCHEMAS["rl"])
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    rows = write_frames((table.slice(s, k) for s, k in zip(starts, sizes, strict=True)), tmp_path / "b.parquet",
+                        SCHEMAS["rl"])
+    assert rows == len(table)
+    assert _md5(tmp_path / "a.parquet") == _md5(tmp_path / "b.parquet")
+
+
+def test_unknown_executor_kind_is_a_clear_error():
+    with pytest.raises(ValueError, match="executor.kind must be one of"), open_executor({"executor": {"kind": "spark"}}):
+        pass
