@@ -18,3 +18,30 @@ def copy_repo(dst: Path) -> Path:
             (dst / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / f, dst / f)
     return dst
+
+
+def run_checked(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """Run ``args`` in ``cwd``; its stdout, or an assertion error showing the tails of both streams."""
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def cascade_copy(dst: Path) -> tuple[dict[str, str], list[str]]:
+    """A copy of the repository in ``dst`` ready to ``dvc repro`` the training stages: the built sets,
+    assets and packs copied in (the packs built there by ``tokenize``/``pack`` when the repository has
+    none), a git repo, an offline environment. Returns (env, the ``dvc`` command)."""
+    import os
+    import sys
+
+    copy_repo(dst)
+    for d in ("data/sets", "data/assets", "data/packed"):
+        if (REPO / d).exists():
+            shutil.copytree(REPO / d, dst / d)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1"}
+    run_checked(["git", "init", "-q"], dst, env)
+    dvc = [sys.executable, "-m", "dvc"]
+    if not (dst / "data/packed").exists():
+        run_checked([*dvc, "repro", "--single-item", "tokenize", "pack"], dst, env)
+    return env, dvc

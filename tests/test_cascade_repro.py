@@ -6,9 +6,6 @@ their outputs are copied in, ``data/packed`` is built there when the repository 
 training stages are reproduced with ``--single-item``."""
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,16 +14,10 @@ import pytest
 import yaml
 
 from stages.checkpoints import read_record
-from tests.repo_copy import copy_repo
+from tests.repo_copy import cascade_copy, run_checked
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def _run(args, cwd, env):
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
 
 
 @pytest.fixture(scope="module")
@@ -34,21 +25,12 @@ def cascade(tmp_path_factory, smollm2_dir):
     if not (REPO / "data/sets/rl").exists() or not (REPO / "data/sets/sft").exists():
         pytest.fail("data/sets missing: run `dvc repro build` first")
     dst = tmp_path_factory.mktemp("cascade")
-    copy_repo(dst)
-    for d in ("data/sets", "data/assets", "data/packed"):
-        if (REPO / d).exists():
-            shutil.copytree(REPO / d, dst / d)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1",
-           # one torch thread per stage: on a shared CPU, multi-thread spin-waits slow steps down many times
-           "OMP_NUM_THREADS": "1"}
-    _run(["git", "init", "-q"], dst, env)
-    dvc = [sys.executable, "-m", "dvc"]
-    if not (dst / "data/packed").exists():
-        _run([*dvc, "repro", "--single-item", "tokenize", "pack"], dst, env)
+    env, dvc = cascade_copy(dst)
+    # one torch thread per stage: on a shared CPU, multi-thread spin-waits slow steps down many times
+    env["OMP_NUM_THREADS"] = "1"
     order = yaml.safe_load((dst / "params.yaml").read_text())["cascade"]["order"]
     t0 = time.perf_counter()
-    out = _run([*dvc, "repro", "--single-item", *order, "report"], dst, env)
+    out = run_checked([*dvc, "repro", "--single-item", *order, "report"], dst, env)
     wall = time.perf_counter() - t0
     print(f"\ndvc repro {' '.join(order)} report: {wall:.0f} s")
     return dst, env, order, out
@@ -74,7 +56,7 @@ def test_the_whole_cascade_runs_in_the_papers_order(cascade):
 
 def test_cascade_report_shows_every_stage_and_each_checkpoints_lineage(cascade):
     dst, env, order, _ = cascade
-    out = _run([sys.executable, "-m", "curation.cli", "report"], dst, env)
+    out = run_checked([sys.executable, "-m", "curation.cli", "report"], dst, env)
     print(out)
     report = json.loads((dst / "metrics/cascade_report.json").read_text())
     assert [r["stage"] for r in report["stages"]] == order
