@@ -89,8 +89,10 @@ class CheckpointRegistry:
         return max(scored, key=lambda s: s[0])[1]
 
     def best_per_domain(self, metric: str = "reward") -> dict[str, Path]:
-        """``{domain: best checkpoint}`` over every domain any checkpoint was validated on."""
-        domains = sorted({d for rec in self.records().values() for d in rec.get("validation", {})})
+        """``{domain: best checkpoint}`` over every domain some checkpoint has ``metric`` for (a domain
+        whose held-out rows were all skipped, e.g. longer than ``max_prompt_tokens``, has none)."""
+        domains = sorted({d for rec in self.records().values() for d, m in rec.get("validation", {}).items()
+                          if metric in m})
         return {d: self.best(d, metric) for d in domains}
 
 

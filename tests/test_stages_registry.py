@@ -65,7 +65,8 @@ def test_checkpoint_records_lineage_hashes_and_best_per_domain(tmp_path):
     write_record(root / "sft", stage="sft", runner="sft", init=tmp_path / "base", datasets=[data],
                  validation={"math": {"reward": 0.2}, "mcqa": {"reward": 0.5}}, train={})
     write_record(root / "if_rl", stage="if_rl", runner="grpo", init=root / "sft", datasets=[data],
-                 validation={"math": {"reward": 0.4}, "mcqa": {"reward": 0.1}}, train={})
+                 validation={"math": {"reward": 0.4}, "mcqa": {"reward": 0.1},
+                             "long_context": {"rows": 0, "prompt_too_long": 1}}, train={})
     rec = read_record(root / "if_rl")
     assert rec["lineage"] == ["sft", "if_rl"] and rec["datasets"] == {str(data): h}
     assert rec["parent_datasets"] == {str(data): h}
