@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -96,28 +97,36 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
 def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[torch.Tensor], None],
                                rollouts: Rollouts, advantages: torch.Tensor, indices: list[int],
                                cfg: GRPOConfig, pad_id: int,
-                               ref_model: torch.nn.Module | None = None) -> dict[str, float]:
+                               ref_model: torch.nn.Module | None = None,
+                               loss_masks: list[list[int]] | None = None,
+                               max_len: int | None = None) -> dict[str, float]:
     """Backward the GRPO loss of samples ``indices`` in micro-batches of ``cfg.micro_batch_size``.
 
-    Each micro-batch loss is normalized by the response tokens of all ``indices``, so the
-    accumulated gradient equals that of one batch holding them all. Returns summed ``loss``,
-    ``pg_loss`` (and ``kl``) over the window, and ``logprob_diff``: mean |trainer - sampler|
-    log-prob of the trained tokens (an on-policy sanity check).
+    Each micro-batch loss is normalized by the trained tokens of all ``indices``, so the
+    accumulated gradient equals that of one batch holding them all. ``loss_masks`` (per sample,
+    int over its response tokens; SWE RL's agent episodes) restricts training to the tokens marked
+    1 (the model's own, not tool outputs), which are then also the normalizer. ``max_len`` is the
+    Dr. GRPO length constant (default ``cfg.sampling.max_new_tokens``). Returns summed ``loss``,
+    ``pg_loss`` (and ``kl``) over the window, ``trained_tokens``, and ``logprob_diff``: mean
+    |trainer - sampler| log-prob of the trained tokens (an on-policy sanity check).
     """
-    num_tokens = sum(len(rollouts.response_ids[i]) for i in indices)
+    masks = loss_masks or [[1] * len(rollouts.response_ids[i]) for i in range(len(rollouts.response_ids))]
+    num_tokens = sum(sum(masks[i]) for i in indices)
     loss_fn = get_loss(cfg.loss)
-    totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
+    totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0, "trained_tokens": float(num_tokens)}
     for start in range(0, len(indices), cfg.micro_batch_size):
         chunk = indices[start:start + cfg.micro_batch_size]
         batch = policy_batch(rollouts, chunk, pad_id)
+        mask = batch["response_mask"].clone()
+        for row, i in enumerate(chunk):
+            mask[row, :len(masks[i])] &= torch.tensor(masks[i], dtype=torch.bool)
         lp = response_logprobs(model, batch, cfg.sampling.temperature)
         ref = None
         if cfg.kl_beta:
             with torch.no_grad():
                 ref = response_logprobs(ref_model, batch, cfg.sampling.temperature)
-        loss, stats = loss_fn(lp, advantages[chunk], batch["response_mask"], num_tokens=num_tokens,
-                              aggregation=cfg.aggregation, max_len=cfg.sampling.max_new_tokens,
-                              ref_logprobs=ref, kl_beta=cfg.kl_beta)
+        loss, stats = loss_fn(lp, advantages[chunk], mask, num_tokens=num_tokens, aggregation=cfg.aggregation,
+                              max_len=max_len or cfg.sampling.max_new_tokens, ref_logprobs=ref, kl_beta=cfg.kl_beta)
         if cfg.aggregation != "token_mean":  # sequence-level means: weight each micro-batch by its rows
             loss = loss * (len(chunk) / len(indices))
             stats = {k: v * len(chunk) / len(indices) for k, v in stats.items()}
@@ -128,9 +137,23 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
         sampler = torch.zeros_like(lp)
         for row, i in enumerate(chunk):
             sampler[row, :len(rollouts.logprobs[i])] = torch.tensor(rollouts.logprobs[i])
-        diff = torch.where(batch["response_mask"], (lp.detach() - sampler).abs(), 0.0).sum()
-        totals["logprob_diff"] += float(diff) / num_tokens
+        diff = torch.where(mask, (lp.detach() - sampler).abs(), 0.0).sum()
+        totals["logprob_diff"] += float(diff) / max(num_tokens, 1)
     return totals
+
+
+def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
+                   accumulate: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """One strict on-policy update: ``accumulate()`` (the backward of the selected samples), the
+    optimizer step and the sampler's weight sync; or, when dynamic filtering left no sample, no
+    update and ``skipped_steps`` counted in ``run.counts``. Returns the step's stats."""
+    if not indices:
+        run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
+        return {}
+    stats = accumulate()
+    stats.update(engine.step())
+    rollout.sync_weights(engine.module)
+    return stats
 
 
 def select_for_training(rewards: torch.Tensor, truncated: torch.Tensor, cfg: GRPOConfig) -> tuple[list[int], dict[str, float]]:
@@ -205,13 +228,9 @@ class GRPOStage:
                 for domain in sorted({r["domain"] for r in rows}):
                     mine = [s[0] for s, r in zip(scores, rows, strict=True) if r["domain"] == domain]
                     stats[f"reward/{domain}"] = sum(mine) / len(mine)
-                if indices:
-                    stats.update(accumulate_policy_gradient(engine.model, engine.backward, ro, adv, indices, cfg,
-                                                            rollout.pad, ref_model))
-                    stats.update(engine.step())
-                    rollout.sync_weights(engine.module)
-                else:  # every group filtered: no signal, no update (counted)
-                    run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
+                stats.update(optimizer_step(run, engine, rollout, indices, partial(
+                    accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
+                    ref_model)))
                 stats.update(generate_s=t_gen, step_s=time.perf_counter() - t0)
                 run.log(step, stats)
             # validation is verifiable per domain: a GenRM judge scores groups, not single answers

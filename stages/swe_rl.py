@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import random
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from pydantic import Field
@@ -32,8 +33,12 @@ from stages.environment import (
     load_rl_rows,
     make_environment,
 )
-from stages.grpo import GRPOConfig, policy_batch, response_logprobs, select_for_training
-from stages.losses import get_loss
+from stages.grpo import (
+    GRPOConfig,
+    accumulate_policy_gradient,
+    optimizer_step,
+    select_for_training,
+)
 from stages.rollout import Rollouts, make_rollout_engine
 from stages.runtime import StageRun
 from stages.swe_agent import (
@@ -67,35 +72,6 @@ def episode_rollouts(results: list[EpisodeResult], group_size: int) -> tuple[Rol
     ro = Rollouts([t.prompt_ids for t in trajs], [t.ids for t in trajs], [t.logprobs for t in trajs],
                   [r.finish == "context" for r in results], [""] * len(trajs), group_size)
     return ro, [t.loss_mask for t in trajs]
-
-
-def accumulate_masked_policy_gradient(model: Any, backward: Any, rollouts: Rollouts, loss_masks: list[list[int]],
-                                      advantages: torch.Tensor, indices: list[int], cfg: SWERLConfig,
-                                      pad_id: int) -> dict[str, float]:
-    """Backward the GRPO loss of episodes ``indices`` over their model tokens only.
-
-    As :func:`stages.grpo.accumulate_policy_gradient`, with the response mask AND-ed with each
-    episode's ``loss_mask`` and the token-level mean normalized by the model tokens of all
-    ``indices`` (so tool outputs neither get gradient nor dilute the normalizer).
-    Returns summed ``loss`` and ``pg_loss`` over the window and ``trained_tokens``.
-    """
-    num_tokens = sum(sum(loss_masks[i]) for i in indices)
-    loss_fn = get_loss(cfg.loss)
-    totals: dict[str, float] = {"loss": 0.0, "trained_tokens": float(num_tokens)}
-    for start in range(0, len(indices), cfg.micro_batch_size):
-        chunk = indices[start:start + cfg.micro_batch_size]
-        batch = policy_batch(rollouts, chunk, pad_id)
-        mask = batch["response_mask"].clone()
-        for row, i in enumerate(chunk):
-            mask[row, :len(loss_masks[i])] &= torch.tensor(loss_masks[i], dtype=torch.bool)
-        lp = response_logprobs(model, batch, cfg.sampling.temperature)
-        loss, stats = loss_fn(lp, advantages[chunk], mask, num_tokens=num_tokens, aggregation=cfg.aggregation,
-                              max_len=cfg.max_context_tokens)
-        backward(loss)
-        totals["loss"] += float(loss.detach())
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + v
-    return totals
 
 
 def summarize(results: list[EpisodeResult]) -> dict[str, float]:
@@ -176,13 +152,9 @@ class SWERLStage:
                          "model_tokens": sum(map(sum, masks)) / len(masks),
                          "episode_tokens": sum(map(len, ro.response_ids)) / len(ro), **filt,
                          "trained_samples": float(len(indices))}
-                if indices:
-                    stats.update(accumulate_masked_policy_gradient(engine.model, engine.backward, ro, masks, adv,
-                                                                   indices, cfg, rollout.pad))
-                    stats.update(engine.step())
-                    rollout.sync_weights(engine.module)
-                else:  # every group filtered: no signal, no update (counted)
-                    run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
+                stats.update(optimizer_step(run, engine, rollout, indices, partial(
+                    accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
+                    loss_masks=masks, max_len=cfg.max_context_tokens)))
                 stats.update(episodes_s=t_episodes, step_s=time.perf_counter() - t0)
                 run.log(step, stats)
             validation = run.validate(rollout, builder, make_environment("verifiers"))

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from stages.grpo import policy_batch, response_logprobs
+from stages.grpo import accumulate_policy_gradient, policy_batch, response_logprobs
 from stages.rollout import Rollouts
-from stages.swe_rl import SWERLConfig, SWERLStage, accumulate_masked_policy_gradient
+from stages.swe_rl import SWERLConfig, SWERLStage
 from tests.swe_rows import build_set
 from tests.tiny_lm import tiny_llama
 
@@ -21,7 +21,7 @@ def test_tool_tokens_get_no_gradient_and_do_not_dilute_the_normalizer():
     masks = [[1, 0, 0, 1], [1, 1, 0]]
     adv = torch.tensor([1.0, -1.0])
     cfg = SWERLConfig(name="t", runner="swe_rl", datasets=[], group_size=2, micro_batch_size=1)
-    stats = accumulate_masked_policy_gradient(model, lambda loss: loss.backward(), ro, masks, adv, [0, 1], cfg, 0)
+    stats = accumulate_policy_gradient(model, lambda loss: loss.backward(), ro, adv, [0, 1], cfg, 0, loss_masks=masks)
     got = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     lp = response_logprobs(model, policy_batch(ro, [0, 1], 0))
