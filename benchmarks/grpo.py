@@ -82,18 +82,10 @@ def ours(tok, model_dir: Path, work: Path, a) -> list[float]:
 
 def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    class Timer(TrainerCallback):
-        def __init__(self):
-            self.times = []
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.times.append(time.perf_counter() - self.t0)
+    from benchmarks.trl_timer import step_timer
 
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts]] * (a.steps + 1))
     args = GRPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=a.prompts * a.group,
@@ -101,7 +93,7 @@ def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
                       beta=0.0, learning_rate=1e-5, max_steps=a.steps + 1, logging_steps=1, save_strategy="no",
                       report_to="none", use_cpu=True, temperature=1.0, top_p=1.0, top_k=0, seed=0,
                       disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
-    timer = Timer()
+    timer = step_timer()
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), processing_class=tok,
                           reward_funcs=[lambda completions, **kw: [reward(c[0]["content"]) for c in completions]],
                           args=args, train_dataset=ds, callbacks=[timer])

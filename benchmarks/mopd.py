@@ -23,7 +23,6 @@ import argparse
 import csv
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -55,18 +54,10 @@ def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, fl
 
 def trl(tok, model_dir: Path, teacher_dir: Path, work: Path, a) -> list[float]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
     from trl import DistillationConfig, DistillationTrainer
 
-    class Timer(TrainerCallback):
-        def __init__(self):
-            self.times = []
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.times.append(time.perf_counter() - self.t0)
+    from benchmarks.trl_timer import step_timer
 
     rows = [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts] for _ in range(a.rollouts)]
     args = DistillationConfig(output_dir=str(work / "trl"), per_device_train_batch_size=len(rows),
@@ -74,7 +65,7 @@ def trl(tok, model_dir: Path, teacher_dir: Path, work: Path, a) -> list[float]:
                               bf16=False, gradient_checkpointing=False, learning_rate=1e-5, max_steps=a.steps + 1,
                               logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
                               disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
-    timer = Timer()
+    timer = step_timer()
     trainer = DistillationTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
                                   teacher_model=AutoModelForCausalLM.from_pretrained(teacher_dir), args=args,
                                   train_dataset=Dataset.from_list(rows * (a.steps + 1)), processing_class=tok,
