@@ -35,18 +35,17 @@ from rich.console import Console
 from rich.table import Table
 
 from packing.plan import plan_packs
-from packing.tokenize import ChatTokenizer, TemplateError, iter_tokenized, to_chat
+from packing.tokenize import (
+    CHATML_GENERATION,
+    ChatTokenizer,
+    TemplateError,
+    iter_tokenized,
+    to_chat,
+)
 from packing.writer import iter_packs
 
 GLOBAL_TRL_MAX_DOCS = 100_000  # TRL's one-batch BFD over 1M int8 documents took 43 s and 13.6 GB (machine-facts.md)
 
-CHATML_GENERATION = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% generation %}"
-    "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
-    "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
 def timed(fn):

@@ -49,6 +49,16 @@ import numpy as np
 
 from packing.bpe import FastBPE, fast_bpe
 
+#: SmolLM2's own ChatML template with ``{% generation %}`` markers around what the assistant
+#: produces: the reference ``apply_chat_template(..., return_assistant_tokens_mask=True)`` needs
+#: them (tests and ``benchmarks/packing.py`` compare :class:`ChatTokenizer` masks against it).
+CHATML_GENERATION = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% generation %}"
+    "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
+    "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 SENTINEL = "\ue000{}\ue001"  # private-use code points: never produced by a template
 
 

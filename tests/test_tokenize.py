@@ -8,18 +8,8 @@ import numpy as np
 import pytest
 
 from packing.overflow import OverflowStats, apply_overflow
-from packing.tokenize import ChatTokenizer, TemplateError, to_chat
+from packing.tokenize import CHATML_GENERATION, ChatTokenizer, TemplateError, to_chat
 from tests.handed import handed_case
-
-# SmolLM2's own ChatML template with `{% generation %}` markers added around what the assistant
-# produces: the reference `apply_chat_template(..., return_assistant_tokens_mask=True)` needs them.
-CHATML_GENERATION = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% generation %}"
-    "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
-    "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
 @pytest.fixture(scope="module")
