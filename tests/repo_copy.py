@@ -30,10 +30,15 @@ def run_checked(args: list[str], cwd: Path, env: dict[str, str]) -> str:
 def cascade_copy(dst: Path) -> tuple[dict[str, str], list[str]]:
     """A copy of the repository in ``dst`` ready to ``dvc repro`` the training stages: the built sets,
     assets and packs copied in (the packs built there by ``tokenize``/``pack`` when the repository has
-    none), a git repo, an offline environment. Returns (env, the ``dvc`` command)."""
+    none), a git repo, an offline environment. Returns (env, the ``dvc`` command).
+
+    Raises:
+        AssertionError: the repository has no built sets (``dvc repro build``)."""
     import os
     import sys
 
+    missing = [d for d in ("data/sets/rl", "data/sets/sft") if not (REPO / d).exists()]
+    assert not missing, f"{missing} missing: run `dvc repro build` first"
     copy_repo(dst)
     for d in ("data/sets", "data/assets", "data/packed"):
         if (REPO / d).exists():

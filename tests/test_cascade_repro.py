@@ -16,14 +16,11 @@ import yaml
 from stages.checkpoints import read_record
 from tests.repo_copy import cascade_copy, run_checked
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cascade(tmp_path_factory, smollm2_dir):
-    if not (REPO / "data/sets/rl").exists() or not (REPO / "data/sets/sft").exists():
-        pytest.fail("data/sets missing: run `dvc repro build` first")
     dst = tmp_path_factory.mktemp("cascade")
     env, dvc = cascade_copy(dst)
     # one torch thread per stage: on a shared CPU, multi-thread spin-waits slow steps down many times

@@ -7,7 +7,6 @@ when the repository has none yet."""
 import json
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,16 +14,12 @@ from stages.checkpoints import CheckpointRegistry, read_record
 from tests.repo_copy import cascade_copy as make_cascade_copy
 from tests.repo_copy import run_checked
 
-REPO = Path(__file__).resolve().parents[1]
 CASCADE = ["sft", "if_rl", "multidomain_rl"]
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cascade_copy(tmp_path_factory):
-    for need in ("data/sets/rl", "data/sets/sft", "data/assets/SmolLM2-135M-Instruct"):
-        if not (REPO / need).exists():
-            pytest.skip(f"{need} missing: run `dvc repro build asset` first")
+def cascade_copy(tmp_path_factory, smollm2_dir):
     dst = tmp_path_factory.mktemp("cascade")
     env, dvc = make_cascade_copy(dst)
     t0 = time.perf_counter()
