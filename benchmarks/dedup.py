@@ -182,7 +182,7 @@ def decontamination_speed(ingested: Path, repeat: int = 5) -> dict:
     CPU seconds are the process's (all threads), so MB / CPU s is the throughput per core used.
     The best (least CPU) of ``repeat`` runs is kept."""
     from curation.decontaminate import build_index, find_contamination
-    from curation.text import item_text
+    from curation.text import item_texts
 
     bench = pl.read_parquet(ingested / "benchmarks.parquet")
     c0, t0 = time.process_time(), time.perf_counter()
@@ -192,7 +192,7 @@ def decontamination_speed(ingested: Path, repeat: int = 5) -> dict:
                      "cpu_s": time.process_time() - c0}}
     for kind in ("sft", "rl"):
         train = pl.read_parquet(ingested / f"{kind}.parquet")
-        mb = train.select(item_text(kind).str.len_bytes().sum()).item() / 1e6
+        mb = item_texts(train, kind).str.len_bytes().sum() / 1e6
         runs = []
         for _ in range(repeat):
             c0, t0 = time.process_time(), time.perf_counter()

@@ -7,14 +7,13 @@ unspaced Chinese or Japanese text still has n-grams. Punctuation, markup and
 line breaks separate tokens and are otherwise ignored, so a question that is
 re-cased, re-punctuated or split across lines has the same tokens.
 
-Hashing is vectorized over the UTF-8 bytes of a whole batch (numpy, no
-per-token Python): a token's hash is the polynomial ``sum_k (b_k + 1) * P^k mod 2^64``
-of its bytes ``b_k`` (Karp-Rabin 1987), plus its length, finished with the
-MurmurHash3 64-bit finalizer; an n-gram's hash is ``fmix64(sum_j t_j * P^(n-1-j) mod 2^64)``
-over its tokens' hashes. Both sums are read off one prefix sum over the batch:
-with ``S_i = sum_{k<i} x_k P^k``, ``sum_{k=s}^{e-1} x_k P^(k-s) = (S_e - S_s) * P^-s``
-(``P`` is odd, hence invertible mod 2^64). Hashes are stable across runs, machines
-and library versions (they depend only on numpy uint64 arithmetic).
+Hashing in one compiled pass over the UTF-8 bytes of a whole batch
+(:mod:`curation.ngram_kernels`, numba; no per-token Python): a token's hash is the
+polynomial ``sum_k (b_k + 1) * P^k mod 2^64`` of its lowercased bytes ``b_k``
+(Karp-Rabin 1987), plus its length, finished with the MurmurHash3 64-bit finalizer;
+an n-gram's hash is ``fmix64(sum_j t_j * P^(n-1-j) mod 2^64)`` over its tokens'
+hashes (a rolling hash along the text). Hashes are stable across runs, machines and
+library versions (they depend only on uint64 arithmetic).
 
 Normalization without normalizing every string: pure-ASCII text needs none (lowercasing
 happens per byte). Each other code point is classified once per process by polars' own
@@ -30,26 +29,24 @@ are exactly those of normalizing each whole text (``tests/test_ngrams.py``).
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-TOKENIZER = "word-v1"  # recorded next to every stored hash; bump when tokens or hashes change
-_P = 1_099_511_628_211  # FNV-64 prime: odd, so invertible mod 2^64
-_CJK = r"[\p{Han}\p{Hiragana}\p{Katakana}]"
-_CACHED_POWERS = 1 << 22  # power tables up to this length stay cached (2 x 32 MiB)
+from curation import ngram_kernels as kernels
 
-# the token hash reads each byte lowercased (ASCII), plus one
-_LOWER1 = np.arange(1, 257, dtype=np.uint64)
-_LOWER1[65:91] += 32
+TOKENIZER = "word-v1"  # recorded next to every stored hash; bump when tokens or hashes change
+_CJK = r"[\p{Han}\p{Hiragana}\p{Katakana}]"
+
 
 # per code point: how it tokenizes (_SEP, _WORD, _CJK_TOKEN) as it stands (_OWN) and, for _KEEP
 # characters, once normalized (_NORMED); what normalizing it takes (_FATE, 0 = not classified
 # yet): nothing (_KEEP: it is its own normalized form, or that is all punctuation), its own
 # normalized form (_SUBSTITUTE, bytes in _SUB), the normalization of its segment (_SEGMENT: it
 # combines with its neighbours) or of its word (_WORD_CASE: capital sigma, lowercased by context)
-_SEP, _WORD, _CJK_TOKEN = 1, 2, 3
+_SEP, _WORD, _CJK_TOKEN = kernels.SEP, kernels.WORD, kernels.CJK
 _KEEP, _SUBSTITUTE, _SEGMENT, _WORD_CASE = 1, 2, 3, 4
 _OWN = np.zeros(0x110000, dtype=np.uint8)
 _NORMED = np.zeros(0x110000, dtype=np.uint8)
@@ -84,22 +81,6 @@ def unfmix64(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(33))
 
 
-_POWERS: dict[bool, np.ndarray] = {}
-
-
-def _powers(length: int, inverse: bool = False) -> np.ndarray:
-    """``P^0 .. P^(length-1)`` (or of ``P^-1``) mod 2^64, uint64; tables up to ``_CACHED_POWERS`` are cached."""
-    table = _POWERS.get(inverse)
-    if table is None or len(table) < length:
-        size = max(1 << 16, 1 << int(length - 1).bit_length())
-        table = np.full(size, pow(_P, -1, 1 << 64) if inverse else _P, dtype=np.uint64)
-        table[0] = 1
-        np.cumprod(table, out=table)  # wraps mod 2^64
-        if size <= _CACHED_POWERS:
-            _POWERS[inverse] = table
-    return table[:length]
-
-
 def _classify(cps: np.ndarray) -> None:
     """Fill the code point tables for the non-ASCII code points ``cps`` (unique, not yet classified)
     with polars' own NFKC, lowercase and regex classes (those of :func:`clean_text`). ``_FATE`` is
@@ -125,7 +106,9 @@ def _classify(cps: np.ndarray) -> None:
     _FATE[cps] = fate
 
 
-def _utf8_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+def utf8_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of a Utf8 series without nulls (uint8 ``[B]``, read-only) and its text
+    offsets (int64 ``[D + 1]``, from 0): text ``d`` is ``data[offsets[d]:offsets[d+1]]``."""
     arr = texts.to_arrow(compat_level=pl.CompatLevel.oldest())
     if hasattr(arr, "combine_chunks"):
         arr = arr.combine_chunks()
@@ -138,16 +121,7 @@ def _utf8_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
 def _chars(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Non-ASCII characters of a UTF-8 buffer: (lead byte positions int64, code points int32, byte
     lengths int32), classified."""
-    lead = np.flatnonzero(data >= 0xC0)
-    if not len(lead):
-        return lead, lead.astype(np.int32), lead.astype(np.int32)
-    b0 = data.take(lead).astype(np.int32)
-    length = (2 + (b0 >= 0xE0) + (b0 >= 0xF0)).astype(np.int32)
-    cp = b0 & np.where(length == 2, 0x1F, np.where(length == 3, 0x0F, 0x07))
-    last = len(data) - 1
-    for k in (1, 2, 3):
-        cont = data.take(np.minimum(lead + k, last)).astype(np.int32) & 0x3F
-        cp = np.where(length > k, (cp << 6) | cont, cp)
+    lead, cp, length = kernels.utf8_chars(data)
     new = np.unique(cp[_FATE[cp] == 0])
     if len(new):
         _classify(new)
@@ -174,20 +148,23 @@ def _segments(data: np.ndarray, offsets: np.ndarray, lead: np.ndarray, length: n
     character. Around a ``_WORD_CASE`` character: the text between ASCII whitespace (which ends the
     final-sigma context of Unicode's lowercasing, section 3.13). Never across two texts.
     """
-    row = np.searchsorted(offsets, lead, side="right") - 1
-    ctx = np.concatenate([fate == _SEGMENT, [False]])
-    after = np.concatenate([[False], (lead[:-1] + length[:-1] == lead[1:]) & (row[:-1] == row[1:]), [False]])
-    first = np.flatnonzero(ctx[:-1] & ~(after[:-1] & ctx[np.arange(-1, len(lead) - 1)]))
-    last = np.flatnonzero(ctx[:-1] & ~(after[1:] & ctx[1:]))
-    seg_a = [np.where(after[first], lead[first - 1], np.maximum(lead[first] - 1, offsets[row[first]]))]
-    seg_b = [lead[last] + length[last]]
+    idx = np.flatnonzero(fate == _SEGMENT)  # rare: only these characters and their neighbours are read
+    prev = np.maximum(idx - 1, 0)
+    row = np.searchsorted(offsets, lead[idx], side="right") - 1
+    after = ((idx > 0) & (lead[prev] + length[prev] == lead[idx])  # directly after the previous character
+             & (np.searchsorted(offsets, lead[prev], side="right") - 1 == row))
+    first = ~(after & (fate[prev] == _SEGMENT))
+    last = ~np.append(after[1:] & (idx[1:] == idx[:-1] + 1), False)[:len(idx)]
+    seg_a = [np.where(after[first], lead[prev[first]], np.maximum(lead[idx[first]] - 1, offsets[row[first]]))]
+    seg_b = [lead[idx[last]] + length[idx[last]]]
     cased = np.flatnonzero(fate == _WORD_CASE)
     if len(cased):
-        raw = data.tobytes()
-        for p, lo, hi in zip(lead[cased].tolist(), offsets[row[cased]].tolist(), offsets[row[cased] + 1].tolist(),
-                             strict=True):
-            seg_a.append(np.array([max(raw.rfind(c, lo, p) + 1 for c in b" \t\n\r") or lo]))
-            seg_b.append(np.array([min((i for i in (raw.find(c, p, hi) for c in b" \t\n\r") if i >= 0), default=hi)]))
+        rows = np.searchsorted(offsets, lead[cased], side="right") - 1
+        for p, lo, hi in zip(lead[cased].tolist(), offsets[rows].tolist(), offsets[rows + 1].tolist(), strict=True):
+            raw = data[lo:hi].tobytes()
+            seg_a.append(np.array([lo + (max(raw.rfind(c, 0, p - lo) + 1 for c in b" \t\n\r") or 0)]))
+            seg_b.append(np.array([lo + min((i for i in (raw.find(c, p - lo) for c in b" \t\n\r") if i >= 0),
+                                            default=hi - lo)]))
     seg_a, seg_b = np.concatenate(seg_a), np.concatenate(seg_b)
     if not len(seg_a):
         return seg_a, seg_b
@@ -197,22 +174,26 @@ def _segments(data: np.ndarray, offsets: np.ndarray, lead: np.ndarray, length: n
     return seg_a[first], reach[np.append(first[1:] - 1, len(seg_a) - 1)]
 
 
-def _normalize(data: np.ndarray, offsets: np.ndarray, lead: np.ndarray, cp: np.ndarray, length: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def _normalize(data: np.ndarray, offsets: np.ndarray, lead: np.ndarray, cp: np.ndarray, length: np.ndarray,
+               kind: np.ndarray, alloc: Callable[[str, int, type], np.ndarray]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NFKC + lowercase of a UTF-8 buffer of texts: :func:`_segments` through polars
     (:func:`clean_text`), ``_SUBSTITUTE`` characters elsewhere by their table bytes.
 
-    Returns (data, offsets, (starts, ends) of the rewritten byte ranges in the new data).
+    ``kind``: the token class of each non-ASCII character (uint8, ``_NORMED``). Returns (data,
+    offsets, kind) of the normalized texts; the rewritten characters take their own class
+    (``_OWN``: they are normalized). The new data is an ``alloc("data", ...)`` array.
     """
     fate = _FATE[cp]
     seg_a, seg_b = _segments(data, offsets, lead, length, fate)
     view = memoryview(data)
     normed = clean_text(pl.Series([str(view[a:b], "utf-8") for a, b in zip(seg_a.tolist(), seg_b.tolist(), strict=True)],
                                   dtype=pl.Utf8))
-    seg_data, seg_off = _utf8_buffer(normed)
-    at = np.searchsorted(seg_a, lead, side="right") - 1
-    inside = (at >= 0) & (lead < seg_b[np.maximum(at, 0)]) if len(seg_a) else np.zeros(len(lead), dtype=bool)
-    sub = np.flatnonzero((fate == _SUBSTITUTE) & ~inside)
+    seg_data, seg_off = utf8_buffer(normed)
+    sub = np.flatnonzero(fate == _SUBSTITUTE)
+    at = np.searchsorted(seg_a, lead[sub], side="right") - 1
+    if len(seg_a):
+        sub = sub[~((at >= 0) & (lead[sub] < seg_b[np.maximum(at, 0)]))]  # not inside a segment
     uniq, inv = np.unique(cp[sub], return_inverse=True)
     table = [_SUB[c] for c in uniq.tolist()]
     sub_len = np.array([len(t) for t in table], dtype=np.int64)
@@ -223,15 +204,12 @@ def _normalize(data: np.ndarray, offsets: np.ndarray, lead: np.ndarray, cp: np.n
     size = np.concatenate([np.diff(seg_off), sub_len[inv]])
     order = np.argsort(starts)
     starts, ends, src, size = starts[order], ends[order], src[order], size[order]
-    parts, prev = [], 0
-    for a, b, s, n in zip(starts.tolist(), ends.tolist(), src.tolist(), size.tolist(), strict=True):
-        parts += [data[prev:a], pool[s:s + n]]
-        prev = b
-    parts.append(data[prev:])
     shift = np.concatenate([[0], np.cumsum(size - (ends - starts))])
-    new_starts = starts + shift[:-1]
-    new_offsets = offsets + shift[np.searchsorted(ends, offsets, side="right")]
-    return np.concatenate(parts), new_offsets, (new_starts, new_starts + size)
+    new_data = alloc("data", len(data) + int(shift[-1]), np.uint8)
+    kernels.splice(data, starts, ends, pool, src, size, new_data)
+    pool_lead, pool_cp, _ = _chars(pool)
+    kind = kernels.spliced_kinds(lead, kind, starts, ends, pool_lead, _OWN[pool_cp], src, size)
+    return new_data, offsets + shift[np.searchsorted(ends, offsets, side="right")], kind
 
 
 @dataclass
@@ -250,108 +228,81 @@ class Tokens:
     data: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
-    _prefix: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def counts(self) -> np.ndarray:
         """Tokens per text, int64 ``[D]``."""
         return np.diff(self.offsets)
 
-    def text(self, doc: int, pos: int, n: int) -> str:
-        """Tokens ``pos .. pos+n-1`` of text ``doc`` joined by single spaces (lowercased)."""
-        first = self.offsets[doc] + pos
-        starts, ends = self.starts[first:first + n].tolist(), self.ends[first:first + n].tolist()
-        if not starts:
-            return ""
-        raw = self.data[starts[0]:ends[-1]].tobytes()
-        return " ".join(raw[s - starts[0]:e - starts[0]].decode("utf-8").lower() for s, e in zip(starts, ends, strict=True))
-
-    def prefix(self) -> np.ndarray:
-        """``C[i] = sum_{k<i} hashes[k] * P^-k`` mod 2^64, uint64 ``[T + 1]`` (cached)."""
-        if self._prefix is None:
-            self._prefix = np.zeros(len(self.hashes) + 1, dtype=np.uint64)
-            np.cumsum(self.hashes * _powers(len(self.hashes), inverse=True), out=self._prefix[1:])
-        return self._prefix
+    def texts(self, docs: np.ndarray, pos: np.ndarray, n: np.ndarray) -> list[str]:
+        """For each ``i``: tokens ``pos[i] .. pos[i]+n[i]-1`` of text ``docs[i]`` joined by single
+        spaces (ASCII lowercased; the rest is lowercase already once normalized); int arrays ``[K]``."""
+        n = np.asarray(n, dtype=np.int64)
+        first = self.offsets[np.asarray(docs, dtype=np.int64)] + np.asarray(pos, dtype=np.int64)
+        idx = np.repeat(first - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+        raw, starts, ends = self.data.tobytes(), self.starts[idx].tolist(), self.ends[idx].tolist()
+        out, k = [], 0
+        for m in n.tolist():
+            out.append(b" ".join([raw[starts[j]:ends[j]] for j in range(k, k + m)]).lower().decode("utf-8"))
+            k += m
+        return out
 
 
-def tokenize(texts: pl.Series) -> Tokens:
-    """Tokenize and hash a Utf8 series (see the module docstring); memory ~30 bytes per text byte
-    (plus power tables cached up to 4 Mi entries, 64 MiB)."""
-    data, offsets = _utf8_buffer(texts.fill_null(""))
+class Scratch:
+    """Work arrays reused by successive :func:`tokenize` calls of one thread.
+
+    Fresh memory costs a page fault per 4 KiB page on first touch (measured ~3 us on a VM, more
+    than tokenizing the bytes it holds), and the allocator returns large freed arrays to the OS, so
+    a loop over chunks that allocates anew pays it every chunk. Arrays handed out by :meth:`array`
+    (and a :class:`Tokens` made with a scratch) are views, valid until the next use of the scratch.
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, size: int, dtype: type) -> np.ndarray:
+        """A ``size``-element view of the work array ``name`` (grown by 1.5x when too small; not zeroed)."""
+        have = self._arrays.get(name)
+        if have is None or len(have) < size or have.dtype != dtype:
+            have = self._arrays[name] = np.empty(max(size, 3 * len(have) // 2 if have is not None else 0), dtype)
+        return have[:size]
+
+
+def _fresh(name: str, size: int, dtype: type) -> np.ndarray:
+    return np.empty(size, dtype)
+
+
+def tokenize(texts: pl.Series, scratch: Scratch | None = None) -> Tokens:
+    """Tokenize and hash a Utf8 series (see the module docstring); memory ~14 bytes per text byte
+    at the peak (token arrays sized for the worst case, then trimmed). With a ``scratch`` the token
+    arrays are views into it instead (no trimming copy; valid until the scratch's next use)."""
+    return tokenize_utf8(*utf8_buffer(texts.fill_null("")), scratch)
+
+
+def tokenize_utf8(data: np.ndarray, offsets: np.ndarray, scratch: Scratch | None = None) -> Tokens:
+    """:func:`tokenize` of the texts of a :func:`utf8_buffer` (or of a slice of one: ``data``
+    from a text's start, ``offsets`` rebased to 0), e.g. chunk by chunk without copying."""
+    alloc = scratch.array if scratch is not None else _fresh
     lead, cp, length = _chars(data)
-    if len(lead):
-        kind = _NORMED[cp]
-        if bool((_FATE[cp] != _KEEP).any()):
-            data, offsets, (new_a, new_b) = _normalize(data, offsets, lead, cp, length)
-            lead, cp, length = _chars(data)
-            at = np.searchsorted(new_a, lead, side="right") - 1
-            rewritten = (at >= 0) & (lead < new_b[np.maximum(at, 0)])
-            kind = np.where(rewritten, _OWN[cp], _NORMED[cp])
-    run = _token_bytes(data).view(np.int8)  # run class per byte: 0 separator, 1 word, 2/3 CJK
-    classes = 1
-    if len(lead):
-        for k in range(4):
-            more = length > k
-            run[lead[more & (kind == _SEP)] + k] = 0
-            cjk = np.flatnonzero(more & (kind == _CJK_TOKEN))
-            run[lead[cjk] + k] = 2 + (cjk & 1)  # consecutive CJK characters alternate 2, 3
-        classes = 3 if bool((kind == _CJK_TOKEN).any()) else 1
-    starts, ends = _runs(run, offsets, classes)
-    prefix = np.empty(len(data) + 1, dtype=np.uint64)  # S_i = sum_{k<i} (lower(b_k) + 1) P^k
-    prefix[0] = 0
-    upper = ((data - np.uint8(65)) < np.uint8(26)).view(np.uint8)
-    np.add(data | (upper << np.uint8(5)), np.uint64(1), out=prefix[1:])
-    prefix[1:] *= _powers(len(data))
-    np.cumsum(prefix[1:], out=prefix[1:])
-    poly = prefix.take(ends) - prefix.take(starts)
-    poly *= _powers(len(data), inverse=True).take(starts)
-    poly += (ends - starts).astype(np.uint64)
-    return Tokens(fmix64(poly), np.searchsorted(starts, offsets).astype(np.int64), data, starts, ends)
+    kind = _NORMED[cp]
+    if len(lead) and bool((_FATE[cp] != _KEEP).any()):
+        data, offsets, kind = _normalize(data, offsets, lead, cp, length, kind, alloc)
+    bound = min(len(data), len(data) // 2 + len(offsets) + len(kind))  # separators between ASCII words
+    starts, ends, hashes = alloc("starts", bound, np.int64), alloc("ends", bound, np.int64), alloc("hashes", bound, np.uint64)
+    t = kernels.scan_tokens(data, offsets, kind, starts, ends, hashes)
+    starts, ends, hashes = starts[:t], ends[:t], hashes[:t]
+    if scratch is None:
+        starts, ends, hashes = starts.copy(), ends.copy(), hashes.copy()
+    return Tokens(hashes, np.searchsorted(starts, offsets).astype(np.int64), data, starts, ends)
 
 
-def _token_bytes(data: np.ndarray) -> np.ndarray:
-    """bool ``[B]``: ASCII letters, digits and ``_``, and every non-ASCII byte."""
-    folded = data | np.uint8(0x20)
-    return (((folded - np.uint8(97)) < np.uint8(26)) | ((data - np.uint8(48)) < np.uint8(10))
-            | (data == np.uint8(95)) | (data >= np.uint8(0x80)))
-
-
-def _runs(run: np.ndarray, offsets: np.ndarray, classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) int64 of the tokens: maximal runs of equal non-zero class in ``run`` (int8
-    ``[B]``, ``classes`` distinct non-zero values), also cut at the text boundaries ``offsets``."""
-    if not len(run):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    edges = np.flatnonzero(run[1:] != run[:-1]) + 1  # alternately a start and an end ...
-    edges = np.concatenate([[0] if run[0] else [], edges, [len(run)] if run[-1] else []]).astype(np.int64)
-    at, values = [], []
-    cut = offsets[1:-1]
-    cut = cut[(cut > 0) & (cut < len(run))]
-    before = run.take(cut - 1)
-    cut = np.unique(cut[(before != 0) & (before == run.take(cut))])  # a text boundary inside a run
-    if len(cut):
-        at.append(np.repeat(np.searchsorted(edges, cut), 2))
-        values.append(np.repeat(cut, 2))
-    if classes > 1:  # ... or both, between two classes
-        inner = edges[(edges > 0) & (edges < len(run))]
-        both = np.flatnonzero((run.take(inner - 1) != 0) & (run.take(inner) != 0))
-        at.append(np.searchsorted(edges, inner[both]))
-        values.append(inner[both])
-    if at:
-        edges = np.insert(edges, np.concatenate(at), np.concatenate(values))
-    return edges[0::2], edges[1::2]
-
-
-def window_sums(tokens: Tokens, n: int, at: np.ndarray | None = None) -> np.ndarray:
-    """Unfinished n-gram hashes ``sum_j t_j * P^(n-1-j)`` (uint64) of the windows of ``n`` tokens
-    starting at the global token positions ``at`` (int64; default every position ``0 .. T-n``),
-    crossing text boundaries or not; :func:`fmix64` of one is the n-gram's hash."""
-    prefix = tokens.prefix()
-    if at is None:
-        total = len(tokens.hashes)
-        if total < n:
-            return np.zeros(0, np.uint64)
-        return (prefix[n:] - prefix[:total - n + 1]) * _powers(total)[n - 1:]
-    return (prefix[at + n] - prefix[at]) * _powers(len(tokens.hashes))[at + n - 1]
+def window_sums(tokens: Tokens, n: int, at: np.ndarray) -> np.ndarray:
+    """Unfinished n-gram hashes ``sum_j t_j * P^(n-1-j)`` (uint64 ``[len(at)]``) of the windows of
+    ``n`` tokens starting at the global token positions ``at`` (int64, each ``<= T - n``);
+    :func:`fmix64` of one is the n-gram's hash."""
+    out = np.empty(len(at), np.uint64)
+    kernels.sums_at(tokens.hashes, np.ascontiguousarray(at, dtype=np.int64), n, out)
+    return out
 
 
 def window_hashes(tokens: Tokens, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -360,25 +311,17 @@ def window_hashes(tokens: Tokens, n: int) -> tuple[np.ndarray, np.ndarray, np.nd
     Returns (hashes uint64 ``[W]``, doc int64 ``[W]``, pos int64 ``[W]``) in text order;
     texts with fewer than ``n`` tokens contribute no window. Windows are not deduplicated.
     """
-    sums = window_sums(tokens, n)
-    if not len(sums):
-        return sums, np.zeros(0, np.int64), np.zeros(0, np.int64)
-    counts = tokens.counts
-    doc = np.repeat(np.arange(len(counts), dtype=np.int64), counts)[: len(sums)]
-    pos = np.arange(len(sums), dtype=np.int64) - tokens.offsets[doc]
-    valid = pos + n <= counts[doc]
-    return fmix64(sums[valid]), doc[valid], pos[valid]
+    total = int(np.maximum(tokens.counts - (n - 1), 0).sum())
+    doc, at, sums = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.uint64)
+    kernels.window_sums(tokens.hashes, tokens.offsets, n, doc, at, sums)
+    return fmix64(sums), doc, at - tokens.offsets[doc]
 
 
 def sequence_hashes(tokens: Tokens, docs: np.ndarray | None = None) -> np.ndarray:
-    """One uint64 hash of the whole token sequence of each text ``[D]`` (of the texts ``docs``,
-    int64, when given): equal token lists, equal hash."""
-    counts = tokens.counts if docs is None else tokens.counts[docs]
+    """One uint64 hash ``fmix64(sum_j t_j * P^j + count)`` of the whole token sequence of each text
+    ``[D]`` (of the texts ``docs``, int64, when given): equal token lists, equal hash."""
     first = tokens.offsets[:-1] if docs is None else tokens.offsets[docs]
-    doc = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    pos = np.arange(len(doc), dtype=np.int64) - (np.cumsum(counts) - counts)[doc]
-    terms = tokens.hashes[first[doc] + pos] * _powers(max(int(counts.max(initial=0)), 1))[pos]
-    prefix = np.zeros(len(terms) + 1, dtype=np.uint64)
-    np.cumsum(terms, out=prefix[1:])
-    ends = np.cumsum(counts)
-    return fmix64(prefix[ends] - prefix[ends - counts] + counts.astype(np.uint64))
+    counts = tokens.counts if docs is None else tokens.counts[docs]
+    out = np.empty(len(first), np.uint64)
+    kernels.sequence_hashes(tokens.hashes, np.ascontiguousarray(first), np.ascontiguousarray(counts), out)
+    return out

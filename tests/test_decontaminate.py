@@ -12,6 +12,7 @@ from curation.decontaminate import (
     read_index,
     write_index,
 )
+from curation.text import item_texts
 from tests.rows import rl_table, sft_table
 
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -70,11 +71,12 @@ def test_boilerplate_ngrams_do_not_count_and_removal_reaches_a_fixpoint():
     _, dirty2, _, _ = decontaminate(train, "sft", build_index(bench, [13]), max_train_doc_freq=10)
     assert len(dirty2) == 5
     # 4 rows share the boilerplate (over the limit of 3), 2 of them also carry the question:
-    # removing those 2 leaves the boilerplate in 2 rows, under the limit, so a second pass removes them too
+    # removing those 2 leaves the boilerplate in 2 rows, under the limit, so a second pass removes them too;
+    # after it no n-gram is ignored any more, so no third pass is needed
     q = " what is the boiling point of water at sea level in kelvin"
     train3 = sft_table([boiler + q, boiler + q, boiler + " x", boiler + " y", "unrelated text here"])
     clean3, dirty3, _, stats3 = decontaminate(train3, "sft", build_index(bench, [13]), max_train_doc_freq=3)
-    assert dirty3["uuid"].to_list() == ["s0", "s1", "s2", "s3"] and stats3["passes"] == 3
+    assert dirty3["uuid"].to_list() == ["s0", "s1", "s2", "s3"] and stats3["passes"] == 2
     assert find_contamination(clean3, "sft", build_index(bench, [13]), 3)[0].is_empty()
 
 
@@ -98,6 +100,16 @@ def test_benchmark_instruction_template_is_not_contamination():
     clean, dirty, _, _ = decontaminate(train, "rl", build_index(bench, [8]), 50)
     assert clean["uuid"].to_list() == ["t0"]  # shares only the template
     assert dirty["uuid"].to_list() == ["t1"]  # the same item, template and all
+
+
+def test_item_text_reads_the_question_of_any_metadata_or_falls_back_to_the_user_turns():
+    metadata = [json.dumps({"question": "Q \u00e9 \"x\"\nnext", "x": {"question": "nested"}}), json.dumps({"question": 5.0}),
+                json.dumps({"question": {"a": [1, 2]}}), json.dumps({"question": None}), "[]", "{}",
+                json.dumps({"question": ""})]
+    rows = rl_table([f"user turn {i}" for i in range(len(metadata))], source="t", metadata=metadata)
+    assert item_texts(rows, "rl").to_list() == ['Q é "x"\nnext', "5.0", '{"a":[1,2]}', "user turn 3", "user turn 4",
+                                                "user turn 5", ""]
+    assert item_texts(rows.head(0), "rl").to_list() == []
 
 
 def test_unicode_questions_match_only_themselves():

@@ -5,10 +5,13 @@ import polars as pl
 
 from curation.ngrams import (
     _COMPOSES_WITH_PREVIOUS,
+    Scratch,
     fmix64,
     sequence_hashes,
     tokenize,
+    tokenize_utf8,
     unfmix64,
+    utf8_buffer,
     window_hashes,
     window_sums,
 )
@@ -59,14 +62,27 @@ def test_tokens_and_hashes_equal_whole_string_normalization():
     tok = tokenize(pl.Series(TRICKY, dtype=pl.Utf8))
     want = _reference_tokens(TRICKY)
     assert tok.counts.tolist() == [len(w) for w in want]
-    for d, words in enumerate(want):
-        assert tok.text(d, 0, len(words)).split() == words, TRICKY[d]
+    shown = tok.texts(np.arange(len(want)), np.zeros(len(want)), np.array([len(w) for w in want]))
+    assert [s.split(" ") if s else [] for s in shown] == want
+    assert tok.texts([0, 5], [1, 2], [3, 1]) == ["ascii re cased", "σοφός"]
     assert tok.hashes.tolist() == [_reference_hash(w) for words in want for w in words]
 
 
 def test_batches_do_not_change_tokens():
     one_by_one = [tokenize(pl.Series([t], dtype=pl.Utf8)).hashes for t in TRICKY]
     assert np.array_equal(tokenize(pl.Series(TRICKY, dtype=pl.Utf8)).hashes, np.concatenate(one_by_one))
+
+
+def test_chunks_of_one_buffer_through_a_scratch_give_the_same_tokens():
+    texts = pl.Series(TRICKY * 3, dtype=pl.Utf8).fill_null("")
+    whole = tokenize(texts)
+    data, offsets = utf8_buffer(texts)
+    scratch, got = Scratch(), []
+    for a, b in ((0, 7), (7, 8), (8, 30), (30, len(texts))):  # the scratch grows, then is reused
+        tok = tokenize_utf8(data[offsets[a]:offsets[b]], offsets[a:b + 1] - offsets[a], scratch)
+        assert tok.hashes.base is not None  # a view into the scratch, no copy
+        got.append(tok.hashes.copy())
+    assert np.array_equal(np.concatenate(got), whole.hashes)
 
 
 def test_window_and_sequence_hashes_are_the_documented_polynomials():
