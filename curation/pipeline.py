@@ -170,7 +170,13 @@ def prompt_chars() -> pl.Expr:
 
 def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``."""
-    from curation.difficulty import apply_pass_rates, cache_key, histogram_png, measure, policy_sampler
+    from curation.difficulty import (
+        apply_pass_rates,
+        cache_key,
+        histogram_png,
+        measure,
+        policy_sampler,
+    )
     from validators.verifiers import verify_batch
 
     p = params["difficulty"]
