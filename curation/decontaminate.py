@@ -19,11 +19,12 @@ Short n-grams such as 8 also occur in unrelated text ("1 2 3 4 5 6 7 8", "what
 is the probability that exactly two of"), so per n a row must share at least a
 fraction ``min_coverage`` of an item's n-grams (0: any one, the 13-gram rule).
 
-Speed: the texts are tokenized in chunks of ~2 MB (:func:`curation.ngrams.tokenize`, numpy);
-every window sum of the smallest n is tested against two bit sets of the index and then
-binary-searched in its sorted keys; longer n-grams are hashed only where the smallest one hit
-(an indexed 13-gram starts with an indexed 8-gram). ``benchmarks/dedup.py --only decontam``
-measures it.
+Speed: the item texts are read once into one UTF-8 buffer and tokenized in chunks of ~2 MB
+(:func:`curation.ngrams.tokenize_utf8`, compiled loops, work arrays reused between chunks and
+calls); every window sum of the smallest n is tested against two bit sets of the index and then
+searched in its sorted keys (galloping over sorted needles); longer n-grams are hashed only where
+the smallest one hit (an indexed 13-gram starts with an indexed 8-gram); the passes below run on
+numpy arrays. ``benchmarks/dedup.py --only decontam`` measures it.
 
 Boilerplate guard: an n-gram shared by more than ``max_train_doc_freq`` training
 rows is a formula of the training corpus ("please answer the following question
@@ -36,6 +37,7 @@ would find nothing): running detection again on the output finds 0 by constructi
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -189,14 +191,10 @@ def _build_lookup(index: NgramIndex) -> _Lookup:
 
 
 def _find(sorted_keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(found bool, position int64) of each value in ``sorted_keys``. The values are searched in
-    sorted order (numpy starts each binary search from the previous result: ~3x fewer cache misses)."""
-    if not len(sorted_keys):
-        return np.zeros(len(values), dtype=bool), np.zeros(len(values), dtype=np.int64)
-    order = np.argsort(values)
-    at = np.empty(len(values), dtype=np.int64)
-    at[order] = np.minimum(np.searchsorted(sorted_keys, values[order]), len(sorted_keys) - 1)
-    return sorted_keys[at] == values, at
+    """(found bool, position int64) of each value in ``sorted_keys`` (:func:`curation.ngram_kernels.find_sorted`)."""
+    found, at = np.empty(len(values), dtype=bool), np.empty(len(values), dtype=np.int64)
+    kernels.find_sorted(sorted_keys, np.ascontiguousarray(values), found, at)
+    return found, at
 
 
 def _chunk_hits(data: np.ndarray, offsets: np.ndarray, look: _Lookup, exact_keys: np.ndarray, scratch: Scratch
@@ -238,6 +236,17 @@ def _chunks(lengths: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], stops, strict=True) if a < b]
 
 
+_THREAD = threading.local()
+
+
+def _scratch() -> Scratch:
+    """This thread's tokenizing work arrays, kept between calls (a batch after the first touches no
+    fresh memory); they grow to the largest chunk seen, ~30 MB at ``CHUNK_BYTES``."""
+    if not hasattr(_THREAD, "scratch"):
+        _THREAD.scratch = Scratch()
+    return _THREAD.scratch
+
+
 @dataclass
 class _Hits:
     """Index hits of the training rows, as arrays.
@@ -258,7 +267,7 @@ def _train_hits(train: pl.DataFrame, kind: str, index: NgramIndex) -> _Hits:
     data, offsets = utf8_buffer(item_texts(train, kind).fill_null(""))
     exact_keys = index.exact["key"].to_numpy()
     out: list[list[np.ndarray]] = [[np.zeros(0, t)] for t in (np.int64, np.uint8, np.int64, np.int64, np.uint64)]
-    scratch = Scratch()
+    scratch = _scratch()
     for start, stop in _chunks(np.diff(offsets), CHUNK_BYTES):
         (doc, n, key), (ex_doc, ex_key) = _chunk_hits(data[offsets[start]:offsets[stop]],
                                                       offsets[start:stop + 1] - offsets[start], index.lookup,
@@ -272,11 +281,13 @@ def _train_hits(train: pl.DataFrame, kind: str, index: NgramIndex) -> _Hits:
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct pairs ``(a[i], b[i])`` (int64 arrays), sorted."""
-    order = np.lexsort((b, a))
-    a, b = a[order], b[order]
-    keep = np.concatenate([[True], (a[1:] != a[:-1]) | (b[1:] != b[:-1])]) if len(a) else np.zeros(0, bool)
-    return a[keep], b[keep]
+    """The distinct pairs ``(a[i], b[i])`` of non-negative int64 arrays, sorted by ``a`` then ``b``."""
+    span = int(b.max()) + 1 if len(b) else 1
+    if not len(a) or int(a.max()) < (1 << 62) // span:  # one int64 code per pair: a sort of numbers
+        code = np.unique(a * span + b)
+        return code // span, code % span
+    pairs = np.unique(np.stack([a, b], axis=1), axis=0)
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
 def _index_entries(hits: _Hits, look: _Lookup) -> dict[str, np.ndarray]:

@@ -289,11 +289,12 @@ def tokenize_utf8(data: np.ndarray, offsets: np.ndarray, scratch: Scratch | None
         data, offsets, kind = _normalize(data, offsets, lead, cp, length, kind, alloc)
     bound = min(len(data), len(data) // 2 + len(offsets) + len(kind))  # separators between ASCII words
     starts, ends, hashes = alloc("starts", bound, np.int64), alloc("ends", bound, np.int64), alloc("hashes", bound, np.uint64)
-    t = kernels.scan_tokens(data, offsets, kind, starts, ends, hashes)
+    token_offsets = np.empty(len(offsets), np.int64)
+    t = kernels.scan_tokens(data, offsets, kind, starts, ends, hashes, token_offsets)
     starts, ends, hashes = starts[:t], ends[:t], hashes[:t]
     if scratch is None:
         starts, ends, hashes = starts.copy(), ends.copy(), hashes.copy()
-    return Tokens(hashes, np.searchsorted(starts, offsets).astype(np.int64), data, starts, ends)
+    return Tokens(hashes, token_offsets, data, starts, ends)
 
 
 def window_sums(tokens: Tokens, n: int, at: np.ndarray) -> np.ndarray:
