@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from curation.decontaminate import (
+    _find,
     build_index,
     decontaminate,
     find_contamination,
@@ -100,6 +101,18 @@ def test_benchmark_instruction_template_is_not_contamination():
     clean, dirty, _, _ = decontaminate(train, "rl", build_index(bench, [8]), 50)
     assert clean["uuid"].to_list() == ["t0"]  # shares only the template
     assert dirty["uuid"].to_list() == ["t1"]  # the same item, template and all
+
+
+def test_find_gallops_to_the_same_positions_as_a_binary_search():
+    rng = np.random.default_rng(0)
+    keys = np.unique(rng.integers(0, 1 << 40, 5000, dtype=np.uint64))
+    values = np.concatenate([keys[rng.integers(0, len(keys), 300)], rng.integers(0, 1 << 41, 300, dtype=np.uint64),
+                             keys[[0, -1, -1]], np.array([0, (1 << 64) - 1], dtype=np.uint64)])
+    found, at = _find(keys, values)
+    want = np.searchsorted(keys, values)
+    assert np.array_equal(found, (want < len(keys)) & (keys[np.minimum(want, len(keys) - 1)] == values))
+    assert np.array_equal(at[found], want[found])
+    assert _find(keys[:0], values)[0].sum() == 0 and _find(keys, values[:0])[0].shape == (0,)
 
 
 def test_item_text_reads_the_question_of_any_metadata_or_falls_back_to_the_user_turns():
