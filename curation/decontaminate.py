@@ -19,7 +19,7 @@ Short n-grams such as 8 also occur in unrelated text ("1 2 3 4 5 6 7 8", "what
 is the probability that exactly two of"), so per n a row must share at least a
 fraction ``min_coverage`` of an item's n-grams (0: any one, the 13-gram rule).
 
-Speed: the item texts are read once into one UTF-8 buffer and tokenized in chunks of ~2 MB
+Speed: the item texts are read once into one UTF-8 buffer and tokenized in chunks of ~8 MB
 (:func:`curation.ngrams.tokenize_utf8`, compiled loops, work arrays reused between chunks and
 calls); every window sum of the smallest n is tested against two bit sets of the index and then
 searched in its sorted keys (galloping over sorted needles); longer n-grams are hashed only where
@@ -61,7 +61,7 @@ from curation.ngrams import (
 )
 from curation.text import item_texts
 
-CHUNK_BYTES = 2 << 20  # text bytes tokenized at a time (its uint64 per-byte arrays fit the L3 cache)
+CHUNK_BYTES = 8 << 20  # text bytes tokenized at a time: per-chunk overheads matter below a few MB
 
 
 def benchmark_fields(bench: pl.DataFrame) -> pl.DataFrame:
@@ -191,10 +191,13 @@ def _build_lookup(index: NgramIndex) -> _Lookup:
 
 
 def _find(sorted_keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(found bool, position int64) of each value in ``sorted_keys`` (:func:`curation.ngram_kernels.find_sorted`)."""
-    found, at = np.empty(len(values), dtype=bool), np.empty(len(values), dtype=np.int64)
-    kernels.find_sorted(sorted_keys, np.ascontiguousarray(values), found, at)
-    return found, at
+    """(found bool, position int64) of each value in ``sorted_keys``. The values are searched in
+    sorted order (numpy starts each binary search from the previous result: 2x fewer cache misses)."""
+    at = np.zeros(len(values), dtype=np.int64)
+    if len(sorted_keys):
+        order = np.argsort(values)
+        at[order] = np.minimum(np.searchsorted(sorted_keys, values[order]), len(sorted_keys) - 1)
+    return (sorted_keys[at] == values) if len(sorted_keys) else np.zeros(len(values), dtype=bool), at
 
 
 def _chunk_hits(data: np.ndarray, offsets: np.ndarray, look: _Lookup, exact_keys: np.ndarray, scratch: Scratch
@@ -241,7 +244,7 @@ _THREAD = threading.local()
 
 def _scratch() -> Scratch:
     """This thread's tokenizing work arrays, kept between calls (a batch after the first touches no
-    fresh memory); they grow to the largest chunk seen, ~30 MB at ``CHUNK_BYTES``."""
+    fresh memory); they grow to the largest chunk seen: ~100 MB resident (~200 MB reserved) at ``CHUNK_BYTES``."""
     if not hasattr(_THREAD, "scratch"):
         _THREAD.scratch = Scratch()
     return _THREAD.scratch

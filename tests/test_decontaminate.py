@@ -103,7 +103,7 @@ def test_benchmark_instruction_template_is_not_contamination():
     assert dirty["uuid"].to_list() == ["t1"]  # the same item, template and all
 
 
-def test_find_gallops_to_the_same_positions_as_a_binary_search():
+def test_find_in_sorted_order_gives_the_positions_of_a_plain_binary_search():
     rng = np.random.default_rng(0)
     keys = np.unique(rng.integers(0, 1 << 40, 5000, dtype=np.uint64))
     values = np.concatenate([keys[rng.integers(0, len(keys), 300)], rng.integers(0, 1 << 41, 300, dtype=np.uint64),
