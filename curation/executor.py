@@ -85,7 +85,7 @@ class LocalExecutor:
             raise FileNotFoundError(f"missing input {path}: run the step that writes it first (dvc repro)")
         frames = (indexed_batches(path, batch_rows) if row_index else
                   (pl.from_arrow(b) for b in pq.ParquetFile(path).iter_batches(batch_size=batch_rows)))
-        return ordered_map(partial(_call, fn, shared or {}), frames, workers)
+        return ordered_map(partial(call_with, fn, shared or {}), frames, workers)
 
     def map_items(self, items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
         """See :meth:`Executor.map_items`."""
@@ -105,7 +105,8 @@ def indexed_batches(path: str | Path, batch_rows: int, row_group: int | None = N
         first += len(frame)
 
 
-def _call(fn: BatchFn, shared: dict[str, Any], frame: pl.DataFrame) -> pl.DataFrame:
+def call_with(fn: BatchFn, shared: dict[str, Any], frame: pl.DataFrame) -> pl.DataFrame:
+    """``fn(frame, **shared)``: a map with its shared arguments bound first (picklable with partial)."""
     return fn(frame, **shared)
 
 

@@ -21,7 +21,6 @@ md5 of their normalized text instead (an exact-match edge with J = 1).
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -36,9 +35,9 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
-from curation.executor import ordered_map
+from curation.executor import call_with, ordered_map
 from curation.ngrams import TOKENIZER, Tokens, fmix64, tokenize, window_hashes
-from curation.text import normalize
+from curation.text import md5_hex, normalize
 
 Batches = Callable[[], Iterable[pl.DataFrame]]
 """A re-iterable stream of frames with at least ``uuid`` and ``text`` (Utf8) columns; one with a
@@ -181,11 +180,7 @@ def map_batches(batches: Batches, fn: Callable[..., pl.DataFrame], workers: int 
     ``workers`` threads. ``fn`` must be a pure per-batch function returning a frame."""
     if hasattr(batches, "map"):
         return batches.map(fn, **shared)
-    return ordered_map(partial(_apply, fn, shared), iter(batches()), workers)
-
-
-def _apply(fn: Callable[..., pl.DataFrame], shared: dict[str, Any], frame: pl.DataFrame) -> pl.DataFrame:
-    return fn(frame, **shared)
+    return ordered_map(partial(call_with, fn, shared), iter(batches()), workers)
 
 
 def signature_batch(frame: pl.DataFrame, cfg: MinHashConfig) -> pl.DataFrame:
@@ -193,11 +188,13 @@ def signature_batch(frame: pl.DataFrame, cfg: MinHashConfig) -> pl.DataFrame:
     ``short_key`` (md5 hex of the normalized text when it has no shingle, else null) and
     ``length`` (i64 characters) of each row of ``frame`` (``uuid``, ``text``)."""
     h, off = shingles(frame["text"], cfg)
-    short = np.diff(off) == 0
-    texts = frame.select(normalize(pl.col("text").fill_null("")))["text"].to_list()
+    short = np.flatnonzero(np.diff(off) == 0)  # few: only these texts are normalized and hashed
+    keys = pl.Series("short_key", [None] * len(frame), pl.Utf8)
+    if len(short):
+        normed = frame[short].select(normalize(pl.col("text").fill_null("")))["text"]
+        keys = keys.scatter(short, md5_hex(normed))
     return pl.DataFrame({
-        "uuid": frame["uuid"], "signature": minhash(h, off, cfg),
-        "short_key": [hashlib.md5(t.encode()).hexdigest() if s else None for t, s in zip(texts, short, strict=True)],
+        "uuid": frame["uuid"], "signature": minhash(h, off, cfg), "short_key": keys,
         "length": frame["text"].str.len_chars().fill_null(0).cast(pl.Int64)},
         schema={"uuid": pl.Utf8, "signature": pl.Array(pl.UInt32, cfg.num_perm), "short_key": pl.Utf8,
                 "length": pl.Int64})
