@@ -154,7 +154,7 @@ def utf8_chars(data):  # pragma: no cover - compiled
 
 
 @nb.njit(nogil=True, cache=True)
-def window_sums(hashes, offsets, n, doc_out, at_out, sums_out):  # pragma: no cover - compiled
+def all_window_sums(hashes, offsets, n, doc_out, at_out, sums_out):  # pragma: no cover - compiled
     """Unfinished hashes ``sum_j t_j * P^(n-1-j)`` of every window of ``n`` tokens inside one text
     (rolling, Karp-Rabin), in text order, with their text ``doc`` and global start token ``at``
     (int64); returns the window count (outputs need ``sum(max(0, count - n + 1))`` entries)."""
@@ -180,10 +180,10 @@ def window_sums(hashes, offsets, n, doc_out, at_out, sums_out):  # pragma: no co
 @nb.njit(nogil=True, cache=True)
 def window_candidates(hashes, offsets, n, bits0, shift0, size0, bits1, shift1, size1, doc_out, at_out, sums_out
                       ):  # pragma: no cover - compiled
-    """The windows of :func:`window_sums` whose sum ``s`` passes two bit sets (bit ``(s >> shift) %
+    """The windows of :func:`all_window_sums` whose sum ``s`` passes two bit sets (bit ``(s >> shift) %
     2^size`` of ``bits0`` and of ``bits1``, uint8 little-endian); returns their count (outputs need
     one entry per token). All sums first (a tight loop), then the tests."""
-    w = window_sums(hashes, offsets, n, doc_out, at_out, sums_out)
+    w = all_window_sums(hashes, offsets, n, doc_out, at_out, sums_out)
     sh0, sh1 = np.uint64(shift0), np.uint64(shift1)
     mask0, mask1 = (np.uint64(1) << np.uint64(size0)) - np.uint64(1), (np.uint64(1) << np.uint64(size1)) - np.uint64(1)
     c = 0

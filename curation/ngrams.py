@@ -314,7 +314,7 @@ def window_hashes(tokens: Tokens, n: int) -> tuple[np.ndarray, np.ndarray, np.nd
     """
     total = int(np.maximum(tokens.counts - (n - 1), 0).sum())
     doc, at, sums = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.uint64)
-    kernels.window_sums(tokens.hashes, tokens.offsets, n, doc, at, sums)
+    kernels.all_window_sums(tokens.hashes, tokens.offsets, n, doc, at, sums)
     return fmix64(sums), doc, at - tokens.offsets[doc]
 
 
