@@ -81,8 +81,9 @@ def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]],
         for row, rs in zip(chunk, responses, strict=True):
             vs = verdicts[pos:pos + len(rs)]
             pos += len(rs)
-            out.append({"uuid": row["uuid"], "pass_rate_total": len(rs),
-                        "pass_rate_passed": sum(bool(v.passed) for v in vs), "responses": rs,
+            graded = [v for v in vs if not getattr(v, "error", None)]  # the grader failed: not a 0
+            out.append({"uuid": row["uuid"], "pass_rate_total": len(graded),
+                        "pass_rate_passed": sum(bool(v.passed) for v in graded), "responses": rs,
                         "rewards": [float(v.reward) for v in vs], "reasons": [v.reason for v in vs]})
             n_rollouts += len(rs)
         write_parquet(pl.DataFrame(out, schema=RESULT_SCHEMA), cache / f"chunk-{offset + k:06d}.parquet")
@@ -100,7 +101,8 @@ def apply_pass_rates(rows: pl.DataFrame, results: pl.DataFrame, lo: float, hi: f
                      ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Fill ``pass_rate*`` of ``rows`` from ``results`` and split by ``lo < pass_rate < hi``.
 
-    Returns (kept, dropped with ``reason`` ``too_easy: c/n`` or ``too_hard: c/n``);
+    Returns (kept, dropped with ``reason`` ``too_easy: c/n``, ``too_hard: c/n`` or ``ungraded``:
+    ``n`` counts only the responses the grader judged (``Verdict.error`` ones are left out));
     rows without a result are an error.
 
     Raises:
@@ -117,7 +119,8 @@ def apply_pass_rates(rows: pl.DataFrame, results: pl.DataFrame, lo: float, hi: f
     keep = (pl.col("pass_rate") > lo) & (pl.col("pass_rate") < hi)
     frac = pl.format("{}/{}", "pass_rate_passed", "pass_rate_total")
     dropped = joined.filter(~keep).with_columns(
-        pl.when(pl.col("pass_rate") >= hi).then(pl.format("too_easy: {}", frac))
+        pl.when(pl.col("pass_rate_total") == 0).then(pl.lit("ungraded: the grader failed on every response"))
+        .when(pl.col("pass_rate") >= hi).then(pl.format("too_easy: {}", frac))
         .otherwise(pl.format("too_hard: {}", frac)).alias("reason"))
     return joined.filter(keep), dropped
 

@@ -17,6 +17,7 @@ from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
 from curation.io import Rejects, finish_step, read_parquet, write_json, write_parquet
 from curation.text import md5_hex
+from validators.verifiers.sandbox import require_from_params as require_sandbox
 
 SOURCES = Path("data/sources")
 ASSETS = Path("data/assets")
@@ -180,6 +181,7 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     from validators.verifiers import verify_batch
 
     p = params["difficulty"]
+    require_sandbox(params)
     sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
     cache = Path(p["cache_dir"]) / cache_key(Path(p["model"]).name, sampling, int(p["n"]))
     sample = policy_sampler(p["model"], p["engine"], sampling, int(p["n"]), threads=p.get("threads", 1))
@@ -220,6 +222,7 @@ def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
     from validators.verifiers import verify_batch
 
     p = params["synthesize"]
+    require_sandbox(params)
     sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
     teacher = Path(p["teacher"]).name
     rl = _load(INGESTED / "rl.parquet").filter(prompt_chars() <= int(p["max_prompt_chars"]))

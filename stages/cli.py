@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.base import StageConfig, StageResult, build_runner
+from validators.verifiers.sandbox import SandboxUnavailable, require_from_params
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -56,6 +57,7 @@ def stage_settings(params: dict[str, Any], stage: str) -> tuple[dict[str, Any], 
 def train(stage: str, params: dict[str, Any]) -> StageResult:
     """Build the stage's runner from params and run it."""
     settings, init = stage_settings(params, stage)
+    require_from_params(params)  # generated code runs in the verifiers' sandbox: never weaker than asked
     runner = build_runner(stage, settings)
     if not runner.cfg.enabled:
         return pass_through(runner.cfg, init)
@@ -77,7 +79,7 @@ def main(stage: str, params: dict[str, Any]) -> int:
     """CLI body: run ``stage``; a config or data error prints one line and returns 1."""
     try:
         result = train(stage, params)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, SandboxUnavailable) as exc:
         print(f"cascade train {stage}: error: {exc}", file=sys.stderr)
         return 1
     print(f"{stage}: checkpoint {result.checkpoint}, metrics {result.metrics} ({result.summary['wall_s']} s)")

@@ -83,14 +83,16 @@ class PromptBuilder:
 class Environment(Protocol):
     """Scores responses to RL rows."""
 
-    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float, bool]]:
-        """One ``(reward, passed)`` per response, rewards in [0, 1]."""
+    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float | None, bool]]:
+        """One ``(reward, passed)`` per response, rewards in [0, 1]; ``None`` when the grader itself
+        failed on that response (no verdict: trainers leave it out, never count it as 0)."""
 
 
 class VerifierEnvironment:
     """Rewards from the row's verifier (``agent_ref``) via ``validators.verifiers.verify_batch``.
 
-    A verifier that hangs past ``timeout_s`` gives reward 0 for that response only.
+    A verifier that hangs past ``timeout_s`` gives reward 0 for that response only; a verdict whose
+    grader failed (``Verdict.error``, e.g. a sandbox that did not start twice) gives ``None``.
     """
 
     def __init__(self, timeout_s: float = 10.0, workers: int = 2):
@@ -98,11 +100,11 @@ class VerifierEnvironment:
 
         self.verify_batch, self.timeout_s, self.workers = verify_batch, timeout_s, workers
 
-    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+    def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float | None, bool]]:
         verdicts = self.verify_batch(responses, rows, timeout_s=self.timeout_s, workers=self.workers)
         if len(verdicts) != len(responses):
             raise RuntimeError(f"verify_batch returned {len(verdicts)} verdicts for {len(responses)} responses")
-        return [(float(v.reward), bool(v.passed)) for v in verdicts]
+        return [(None if v.error else float(v.reward), bool(v.passed)) for v in verdicts]
 
 
 class FunctionEnvironment:

@@ -33,9 +33,10 @@ def evaluate(rollout: RolloutEngine, builder: PromptBuilder, env: Environment,
         metrics: dict[str, float] = {"rows": len(kept), "prompt_too_long": too_long}
         if kept:
             ro = rollout.generate(prompts, n=1, greedy=True, max_new_tokens=cfg.max_new_tokens)
-            scores = env.score(ro.texts, kept)
-            metrics.update(reward=sum(s[0] for s in scores) / len(scores),
-                           pass_rate=sum(s[1] for s in scores) / len(scores),
+            scores = [s for s in env.score(ro.texts, kept) if s[0] is not None]  # None: the grader failed
+            metrics["ungraded"] = len(kept) - len(scores)
+            metrics.update(reward=sum(s[0] for s in scores) / max(len(scores), 1),
+                           pass_rate=sum(s[1] for s in scores) / max(len(scores), 1),
                            response_tokens=sum(map(len, ro.response_ids)) / len(ro),
                            truncated=sum(ro.truncated) / len(ro))
         out[Path(dataset).name] = metrics

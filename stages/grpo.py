@@ -156,18 +156,25 @@ def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
     return stats
 
 
-def select_for_training(rewards: torch.Tensor, truncated: torch.Tensor, cfg: GRPOConfig) -> tuple[list[int], dict[str, float]]:
+def select_for_training(rewards: torch.Tensor, truncated: torch.Tensor, cfg: GRPOConfig,
+                        ungraded: torch.Tensor | None = None) -> tuple[list[int], dict[str, float]]:
     """Indices of the samples that are trained on, and the filtering counts.
 
     Dynamic filtering drops every sample of a group whose rewards are all equal;
-    ``mask_truncated`` drops truncated samples (their group's advantages still use their reward).
+    ``mask_truncated`` drops truncated samples (their group's advantages still use their reward);
+    a group with an ``ungraded`` sample (bool ``[N]``: the grader failed, no reward) is dropped
+    whole, since its baseline is unknown (counted in ``groups_ungraded``).
     """
     g = cfg.group_size
     groups = informative_groups(rewards, g) if cfg.dynamic_filtering else torch.ones(len(rewards) // g, dtype=torch.bool)
+    graded = torch.ones_like(groups) if ungraded is None else ~ungraded.view(-1, g).any(dim=1)
+    filtered = ~groups
+    groups = groups & graded
     keep = groups.repeat_interleave(g)
     if cfg.mask_truncated:
         keep &= ~truncated
-    return keep.nonzero().flatten().tolist(), {"groups_filtered": float((~groups).sum()),
+    return keep.nonzero().flatten().tolist(), {"groups_filtered": float(filtered.sum()),
+                                               "groups_ungraded": float((~graded).sum()),
                                                "truncated_masked": float((truncated & groups.repeat_interleave(g)).sum())
                                                if cfg.mask_truncated else 0.0}
 
@@ -217,17 +224,19 @@ class GRPOStage:
                 t_gen = time.perf_counter() - t0
                 rows = [b[0] for b in batch for _ in range(cfg.group_size)]
                 scores = env.score(ro.texts, rows)
-                rewards = torch.tensor([s[0] for s in scores], dtype=torch.float32)
+                ungraded = torch.tensor([s[0] is None for s in scores])
+                rewards = torch.tensor([s[0] or 0.0 for s in scores], dtype=torch.float32)
                 adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
-                indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg)
-                stats: dict[str, float] = {"reward_mean": float(rewards.mean()),
+                indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg, ungraded)
+                stats: dict[str, float] = {"reward_mean": float(rewards[~ungraded].mean()) if not ungraded.all()
+                                           else float("nan"), "ungraded": float(ungraded.sum()),
                                            "pass_rate": sum(s[1] for s in scores) / len(scores),
                                            "response_tokens": sum(map(len, ro.response_ids)) / len(ro),
                                            "truncated": sum(ro.truncated) / len(ro), **filt,
                                            "trained_samples": float(len(indices))}
                 for domain in sorted({r["domain"] for r in rows}):
-                    mine = [s[0] for s, r in zip(scores, rows, strict=True) if r["domain"] == domain]
-                    stats[f"reward/{domain}"] = sum(mine) / len(mine)
+                    mine = [s[0] for s, r in zip(scores, rows, strict=True) if r["domain"] == domain and s[0] is not None]
+                    stats[f"reward/{domain}"] = sum(mine) / len(mine) if mine else float("nan")
                 stats.update(optimizer_step(run, engine, rollout, indices, partial(
                     accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
                     ref_model)))

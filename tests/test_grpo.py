@@ -76,9 +76,14 @@ def test_select_for_training_drops_flat_groups_and_truncated_samples():
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.0])
     truncated = torch.tensor([False, True, False, False, True, False, False, False, True])
     idx, counts = select_for_training(rewards, truncated, cfg)
-    assert idx == [0, 2, 6, 7] and counts == {"groups_filtered": 1.0, "truncated_masked": 2.0}
+    assert idx == [0, 2, 6, 7] and counts == {"groups_filtered": 1.0, "groups_ungraded": 0.0, "truncated_masked": 2.0}
     keep_all = cfg.model_copy(update={"dynamic_filtering": False, "mask_truncated": False})
     assert select_for_training(rewards, truncated, keep_all)[0] == list(range(9))
+    # a sample the grader could not judge (sandbox_error) takes its whole group out, never counted as 0
+    ungraded = torch.tensor([False, False, False, False, False, False, False, True, False])
+    idx, counts = select_for_training(rewards, truncated, cfg, ungraded)
+    assert idx == [0, 2] and counts["groups_ungraded"] == 1.0
+    assert select_for_training(rewards, truncated, keep_all, ungraded)[0] == [0, 1, 2, 3, 4, 5]
 
 
 def test_hf_engine_logprobs_match_the_trainer_and_flags_truncation(tok):

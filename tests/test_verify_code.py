@@ -31,7 +31,7 @@ def _sandbox_procs(settle_s: float = 5.0) -> list[psutil.Process]:
         for p in psutil.process_iter(["cmdline", "status"]):
             cmd = " ".join(p.info["cmdline"] or [])
             if p.info["status"] != psutil.STATUS_ZOMBIE and (
-                    "cascade-sbx-" in cmd or "-I solution.py" in cmd or "-I harness.py" in cmd):
+                    "cascade-sbx-" in cmd or "code_server.py" in cmd or "code_grader.py" in cmd or "bwrap" in cmd):
                 found.append(p)
         if not found or time.monotonic() > end:
             return found

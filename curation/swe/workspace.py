@@ -27,7 +27,6 @@ from validators.verifiers import sandbox
 from validators.verifiers.sandbox import Limits, RunResult
 
 HARNESS = Path(__file__).with_name("harness.py")
-INSIDE_HARNESS = "/opt/cascade/harness.py"
 SITE = sysconfig.get_paths()["purelib"]
 OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) ([^\s\[]\S*)", re.MULTILINE)  # not "SKIPPED [1] ..."
 
@@ -93,24 +92,12 @@ def run_in_workspace(workdir: str | Path, argv: list[str], limits: Limits | None
         raise ValueError(f"isolation_mode {mode!r}: expected one of {sandbox.ISOLATIONS}")
     workdir = Path(workdir).resolve()
     _own(workdir)
-    harness = INSIDE_HARNESS if mode == "bwrap" else str(HARNESS)
     if argv[0] == "harness":
-        argv = [sandbox.interpreter(), "-I", harness, *argv[1:]]
+        argv = [sandbox.interpreter(), "-I", str(HARNESS), *argv[1:]]
     elif argv[0] == "python":
         argv = [sandbox.interpreter(), "-I", *argv[1:]]
-    if mode == "bwrap":
-        cmd = sandbox._bwrap_prefix(str(workdir)) + ["--ro-bind", str(HARNESS), INSIDE_HARNESS,
-                                                     "--ro-bind", SITE, SITE] + argv
-        cwd_inside = sandbox.INSIDE_DIR
-    else:
-        cmd, cwd_inside = sandbox._command(mode, str(workdir), argv)
-    env = {"PATH": "/usr/bin:/bin", "HOME": cwd_inside, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    stdin_dir = Path(workdir.parent, f".{workdir.name}.stdin")
-    stdin_dir.write_bytes(stdin)
-    try:
-        return sandbox._execute(cmd, str(workdir), env, str(stdin_dir), limits, mode)
-    finally:
-        stdin_dir.unlink(missing_ok=True)
+    return sandbox.run_in_directory(str(workdir), argv, limits=limits, isolation_mode=mode, stdin=stdin,
+                                    ro_binds=(str(HARNESS), SITE))
 
 
 @dataclass

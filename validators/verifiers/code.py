@@ -1,4 +1,4 @@
-"""Code verifier (``agent_ref`` ``code``): run the response's program against its tests in the sandbox.
+"""Code verifier (``agent_ref`` ``code``): run the response's program against its tests, sandboxed.
 
 ``ground_truth.mode`` selects the test form:
 
@@ -7,35 +7,53 @@
 * ``check_candidate`` (HumanEval): ``test`` defining ``check(candidate)``, ``entry_point``, ``prompt``.
   The program is the prompt's import lines followed by the response's code (the response is asked
   for the complete function; ``from typing import List`` lives in the prompt).
-* ``function_call``: ``entry_point`` and ``tests`` ``[{args, kwargs?, expected}]``; the result comes
-  back as JSON and is compared here (:func:`values_match`).
+* ``function_call``: ``entry_point`` and ``tests`` ``[{args, kwargs?, expected}]``, compared by
+  :func:`~validators.verifiers.code_grader.values_match`.
 * ``stdin_stdout``: ``tests`` ``[{stdin, expected_stdout}]``, one sandboxed run per test; outputs
-  compared token by token (:func:`outputs_match`).
+  compared here like a competitive-programming judge (:func:`outputs_match`).
 
-Reward is binary: 1 only if every test ran and passed (positive evidence: one result record per
-test). The program is the last fenced code block of the final answer whose language is python/py
-or empty; with no fence, the whole answer if it parses as Python. ``ground_truth.timeout_s``
-overrides the per-run wall clock (default :data:`DEFAULT_TIMEOUT_S`).
+The answer never reaches the solution. In the first three modes two sandboxes run at once: the
+solution's (:mod:`.code_server` loads the program and answers calls) and the grader's
+(:mod:`.code_grader` holds the tests, calls into the solution through a pipe with plain-data
+arguments, gets plain data back (:mod:`.code_wire`) and compares in its own process). No test and
+no expected value is on the solution's disk, in its environment or in its memory; an object with a
+rigged ``__eq__`` cannot cross; exiting early, killing its own process, patching builtins or
+printing claims only makes its calls fail. In ``stdin_stdout`` mode the expected output stays in
+this process.
+
+Reward is binary: 1 only if every test ran and passed (positive evidence: one passing record per
+test from the grader, which then reports it is done). A sandbox that could not start
+(``sandbox_error``: no proof from inside that it started) is retried once, then reported as an
+error of the grader (``Verdict.error``), never as the solution's failure. The program is the last
+fenced code block of the final answer whose language is python/py or empty; with no fence, the
+whole answer if it parses as Python. ``ground_truth.timeout_s`` overrides the per-run wall clock
+(default :data:`DEFAULT_TIMEOUT_S`).
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import math
+import os
 import re
+import time
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, register_verifier
-from validators.verifiers.sandbox import Limits, run_python
+from validators.verifiers.sandbox import Limits, Program, run_group
 
 DEFAULT_TIMEOUT_S = 6.0
-HARNESS = (Path(__file__).with_name("code_harness.py")).read_text(encoding="utf-8")
+SHIPPED = {name: Path(__file__).with_name(name).read_text(encoding="utf-8")
+           for name in ("code_wire.py", "code_server.py", "code_grader.py")}
 MODES = {"assert": ("tests",), "check_candidate": ("test", "entry_point"),
          "function_call": ("tests", "entry_point"), "stdin_stdout": ("tests",)}
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
+NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+REL_TOL = ABS_TOL = Decimal("1e-6")
+STARTED = b'{"started": true}\n'
 
 
 def extract_code(answer: str) -> str | None:
@@ -51,21 +69,26 @@ def extract_code(answer: str) -> str | None:
     return answer if answer.strip() else None
 
 
-def _numeric(tok: str) -> float | int | None:
-    if re.fullmatch(r"[+-]?\d+", tok):
-        return int(tok)
+def _decimal(tok: str) -> Decimal | None:
+    if not NUMBER.fullmatch(tok):
+        return None
     try:
-        return float(tok)
-    except ValueError:
+        return Decimal(tok)
+    except InvalidOperation:
         return None
 
 
-def outputs_match(got: bytes, expected: str, rel_tol: float = 1e-6, abs_tol: float = 1e-6) -> bool:
-    """Whether program output ``got`` matches ``expected`` token by token (whitespace-separated).
+def outputs_match(got: bytes, expected: str) -> bool:
+    """Whether program output ``got`` matches ``expected`` the way a competitive-programming judge
+    compares tokens (Codeforces ``wcmp`` plus the usual real-number checker).
 
-    Integer tokens compare exactly (big integers included); when either token is a non-integer
-    number both compare as floats within ``rel_tol``/``abs_tol`` (``math.isclose``); other tokens
-    compare as strings. Output is decoded as UTF-8 (invalid bytes replaced), so byte writes count.
+    Rules: output is decoded as UTF-8 (invalid bytes replaced) and split on whitespace, so blank
+    lines, trailing spaces and a missing final newline never matter; the token counts must be
+    equal; equal strings match; integers (any length, no digit limit) compare exactly by value
+    (``007`` = ``7``, ``+5`` = ``5``); when either token is a non-integer decimal number (``2.50``,
+    ``1e3``, ``-.5``) both are read exactly as decimals (no float overflow: ``1e400`` != ``2e400``)
+    and match when ``|a - b| <= max(1e-6, 1e-6 * |b|)``; anything else (``nan``, ``inf``, words)
+    compares as text, case-sensitive.
     """
     a, b = got.decode("utf-8", errors="replace").split(), expected.split()
     if len(a) != len(b):
@@ -73,29 +96,15 @@ def outputs_match(got: bytes, expected: str, rel_tol: float = 1e-6, abs_tol: flo
     for x, y in zip(a, b):
         if x == y:
             continue
-        nx, ny = _numeric(x), _numeric(y)
-        if nx is None or ny is None or (isinstance(nx, int) and isinstance(ny, int)):
+        dx, dy = _decimal(x), _decimal(y)
+        if dx is None or dy is None:
             return False
-        if not math.isclose(float(nx), float(ny), rel_tol=rel_tol, abs_tol=abs_tol):
+        if re.fullmatch(r"[+-]?\d+", x) and re.fullmatch(r"[+-]?\d+", y):
+            if dx != dy:
+                return False
+        elif abs(dx - dy) > max(ABS_TOL, REL_TOL * abs(dy)):
             return False
     return True
-
-
-def values_match(got: Any, expected: Any) -> bool:
-    """JSON values equal with strict types (``"3" != 3``, ``True != 1``), lists and dicts
-    recursively, floats within ``math.isclose(rel_tol=1e-6, abs_tol=1e-9)``; an int result matches
-    a float expectation of the same value."""
-    if isinstance(expected, bool) or isinstance(got, bool):
-        return type(got) is type(expected) and got == expected
-    if isinstance(expected, float) and isinstance(got, (int, float)):
-        return math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9)
-    if type(got) is not type(expected):
-        return False
-    if isinstance(expected, list):
-        return len(got) == len(expected) and all(values_match(g, e) for g, e in zip(got, expected))
-    if isinstance(expected, dict):
-        return got.keys() == expected.keys() and all(values_match(got[k], expected[k]) for k in expected)
-    return got == expected
 
 
 @dataclass
@@ -114,12 +123,26 @@ class CodeResult:
         return 1.0 if self.passed else 0.0
 
 
+def _pipe_read(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 64)
+    except BlockingIOError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def _stdin_stdout(code: str, tests: list[dict[str, Any]], limits: Limits) -> CodeResult:
     records, isolation = [], ""
     for i, test in enumerate(tests):
-        run = run_python({"solution.py": code}, "solution.py", stdin=str(test.get("stdin", "")).encode(),
-                         limits=limits)
+        r, w = os.pipe()
+        files = {"solution.py": code, **{k: SHIPPED[k] for k in ("code_wire.py", "code_server.py")}}
+        (run,) = run_group([Program(files, ["-I", "code_server.py", "main", str(w)],
+                                    str(test.get("stdin", "")).encode(), fds=(w,))], limits)
         isolation = run.isolation
+        if _pipe_read(r) != STARTED:
+            return CodeResult(False, "sandbox_error", isolation, records)
         ok = run.status == "ok" and outputs_match(run.stdout, str(test["expected_stdout"]))
         records.append({"test": i, "passed": ok, "status": run.status,
                         "stderr": run.stderr[-300:].decode("utf-8", errors="replace")})
@@ -129,40 +152,57 @@ def _stdin_stdout(code: str, tests: list[dict[str, Any]], limits: Limits) -> Cod
     return CodeResult(True, "passed", isolation, records)
 
 
+def _graded(code: str, spec: dict[str, Any], limits: Limits) -> CodeResult:
+    """One session of the solution and grader sandboxes (see the module doc)."""
+    to_solution, from_solution = os.pipe(), os.pipe()
+    files = {"solution.py": code, "code_wire.py": SHIPPED["code_wire.py"], "code_server.py": SHIPPED["code_server.py"]}
+    if spec.get("setup_code"):
+        files["setup.py"] = spec["setup_code"]
+    solution = Program(files, ["-I", "code_server.py", "serve", str(to_solution[0]), str(from_solution[1])],
+                       fds=(to_solution[0], from_solution[1]))
+    grader_spec = {k: spec[k] for k in ("mode", "tests", "test", "prompt", "entry_point") if k in spec}
+    grader = Program({k: SHIPPED[k] for k in ("code_wire.py", "code_grader.py")},
+                     ["-I", "-S", "code_grader.py", str(to_solution[1]), str(from_solution[0])],
+                     json.dumps(grader_spec).encode(), fds=(to_solution[1], from_solution[0]))
+    sol, grd = run_group([solution, grader], limits)
+    lines = [json.loads(ln) for ln in grd.stdout.decode("utf-8", errors="replace").splitlines() if ln.startswith("{")]
+    if {"grader": "started"} not in lines or {"solution": "started"} not in lines:
+        return CodeResult(False, "sandbox_error", sol.isolation)  # the solution's code never ran
+    records = [ln for ln in lines if "test" in ln]
+    n = 1 if spec["mode"] == "check_candidate" else len(spec["tests"])
+    done = {"done": True} in lines and [r["test"] for r in records] == list(range(n))
+    passed = done and all(r["passed"] for r in records) and grd.status == "ok"
+    if passed:
+        return CodeResult(True, "passed", sol.isolation, records)
+    if sol.status in ("timeout", "output_limit") or grd.status in ("timeout", "output_limit"):
+        status = sol.status if sol.status in ("timeout", "output_limit") else grd.status
+    elif any("solution process ended" in (r["error"] or "") or "failed to load" in (r["error"] or "")
+             for r in records):
+        status = "runtime_error"
+    else:
+        status = "failed"
+    return CodeResult(False, status, sol.isolation, records)
+
+
 def run_tests(code: str, spec: dict[str, Any], limits: Limits = Limits(timeout_s=DEFAULT_TIMEOUT_S)) -> CodeResult:
-    """Run program ``code`` against the tests of ``spec`` (a code ``ground_truth``, see the module doc).
+    """Run program ``code`` against the tests of ``spec`` (a code ``ground_truth``, see the module
+    doc); a run whose sandbox did not start is tried once more after 0.5 s.
 
     Raises:
         ValueError: unknown mode or missing fields (:func:`check_spec`).
+        SandboxUnavailable: the required isolation is missing (``sandbox.require``).
     """
     check_spec(spec)
     mode = spec["mode"]
-    if mode == "stdin_stdout":
-        return _stdin_stdout(code, spec["tests"], limits)
     if mode == "check_candidate":
         imports = [ln for ln in spec.get("prompt", "").splitlines() if re.match(r"(from\s+\S+\s+)?import\s", ln)]
         code = "\n".join(imports + [code])
-    n = 1 if mode == "check_candidate" else len(spec["tests"])
-    harness_spec = {k: spec[k] for k in ("mode", "tests", "setup_code", "test", "entry_point") if k in spec}
-    run = run_python({"solution.py": code, "spec.json": json.dumps(harness_spec), "harness.py": HARNESS},
-                     "harness.py", limits=limits, collect=("results.jsonl",))
-    records = []
-    for line in run.files.get("results.jsonl", b"").decode("utf-8", errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and rec.get("test") == len(records):
-            records.append(rec)
-    if mode == "function_call":
-        for rec, test in zip(records, spec["tests"]):
-            if rec["passed"]:
-                rec["passed"] = values_match(json.loads(rec["value"]), test["expected"])
-    passed = len(records) == n and all(r["passed"] for r in records) and run.status == "ok"
-    status = "passed" if passed else (run.status if run.status != "ok" else "failed")
-    if len(records) != n and status == "failed":
-        status = "runtime_error"
-    return CodeResult(passed, status, run.isolation, records)
+    for attempt in range(2):
+        res = _stdin_stdout(code, spec["tests"], limits) if mode == "stdin_stdout" else _graded(code, spec, limits)
+        if res.status != "sandbox_error":
+            break
+        time.sleep(0.5)
+    return res
 
 
 def check_spec(spec: Any) -> None:
@@ -202,6 +242,9 @@ class CodeVerifier(Verifier):
         limits = Limits(timeout_s=float(spec.get("timeout_s", DEFAULT_TIMEOUT_S)))
         res = run_tests(code, spec, limits)
         details = {"status": res.status, "isolation": res.isolation, "tests": res.tests}
+        if res.status == "sandbox_error":
+            return Verdict(0.0, False, "sandbox_error: the sandbox did not start (twice); no verdict",
+                           details, error="sandbox_error")
         if res.passed:
             return Verdict(1.0, True, "all tests passed", details)
         return fail(f"{res.status}: {sum(bool(t.get('passed')) for t in res.tests)}/"

@@ -27,12 +27,16 @@ class Verdict:
         passed: whether the response counts as correct (pass rates and pass@k count these).
         reason: one readable line (``"ok"``, ``"timeout after 10.0s"``, ``"no \\boxed{} answer"``...).
         details: verifier-specific data (extracted answer, per-test records, isolation...).
+        error: set (e.g. ``"sandbox_error"``) when the grader itself failed, so the response got
+            no verdict: ``reward`` is then 0 but means nothing, and trainers must leave the sample
+            out (``VerifierEnvironment`` reports it as ``None``) rather than train on it.
     """
 
     reward: float
     passed: bool
     reason: str
     details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reward <= 1.0:

@@ -1,39 +1,47 @@
-"""Run untrusted Python in a sandbox: process group, rlimits, wall clock, capped output, no network.
+"""Run untrusted Python in sandboxes: own uid, rlimits, wall clock, capped output and disk, no network.
 
-Every run gets a fresh temporary working directory (``/sandbox`` inside bubblewrap), a scrubbed
-environment (``PATH``, ``HOME``, ``LANG``, ``PYTHONDONTWRITEBYTECODE`` only), the interpreter in
-isolated mode (``python -I``), and these layers:
+Every sandboxed process gets a scrubbed environment (``PATH``, ``HOME``, ``LANG``,
+``PYTHONDONTWRITEBYTECODE`` only), the interpreter in isolated mode (``python -I``), and these layers:
 
-* **rlimits** (always): CPU seconds, address space, file size and process count
-  (``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``). When the grader runs as root
-  the child drops to uid/gid 65534 (``nobody``) first: Linux does not enforce ``RLIMIT_NPROC``
-  for root, even inside a user namespace (checked on this machine: 60 forks under a limit of 32).
-  The process-count limit is per uid, so concurrent sandboxes share it.
-* **wall clock**: the child starts a new session; at the deadline the whole process group is
+* **its own uid** (when the grader is root): every process started here runs as a fresh uid
+  ``UID_BASE + (pid * UID_SLOTS + n) % UID_SPAN`` (:func:`run_uid`), so ``RLIMIT_NPROC``, which Linux
+  counts per uid, is a limit of that run alone: a fork bomb in one sample cannot stop a concurrent
+  sample from starting. Linux does not enforce ``RLIMIT_NPROC`` for root, even inside a user
+  namespace, hence the drop. A non-root grader runs every sandbox as its own uid: concurrent runs
+  then share one process limit, and a run that could not start says so (``sandbox_error``).
+* **rlimits**: CPU seconds, address space, file size, process count, no core files.
+* **wall clock**: the process starts a new session; at the deadline the whole process group is
   killed with SIGKILL. Sleeping or interrupt-swallowing programs (no CPU use) die too.
-* **output cap**: stdout and stderr are read while the child runs (``selectors``); once either
-  passes ``output_bytes`` the group is killed and the run ends with status ``output_limit``, so a
-  print loop never grows the grader's memory.
+* **output cap**: stdout and stderr are read while the process runs (``selectors``); once either
+  passes ``output_bytes`` the group is killed (status ``output_limit``), so a print loop never
+  grows the grader's memory.
 * **isolation**, the first that works on this machine (probed once, see :func:`isolation`):
 
   - ``bwrap``: Debian's bubblewrap, ``--unshare-all`` (user, pid, net, ipc, uts, cgroup
-    namespaces), ``--die-with-parent``; no ``--new-session``: the sandbox must stay in the
-    grader's process group so that one ``killpg`` reaches every process (it has no controlling
-    terminal anyway, the session being new); the filesystem is ``/usr``, ``/lib*``,
-    ``/bin``, ``/sbin`` (and the interpreter's prefix) read-only, a private ``/tmp``, ``/dev``,
-    ``/proc`` and the work directory: nothing else of the host is visible or writable.
+    namespaces), ``--die-with-parent``, all capabilities dropped. The filesystem is ``/usr``,
+    ``/lib*``, ``/bin``, ``/sbin`` (and the interpreter's prefix) read-only, ``/dev``, ``/proc``, and
+    two size-capped tmpfs, ``/sandbox`` (the working directory) and ``/tmp``, each at most
+    ``Limits.disk_bytes``. The program's files are copied in from memory (``--ro-bind-data`` of a
+    memfd, read-only): no host directory is created, so nothing is left behind when a grader is
+    killed, and nothing the program writes reaches the host's disk. No ``--new-session``: the
+    sandbox stays in its launcher's process group so that one ``killpg`` reaches every process.
   - ``unshare``: util-linux ``unshare --user --map-root-user --net --pid --fork --kill-child``:
-    no network, all processes die with the namespace; the host filesystem is visible with the
-    permissions of the (unprivileged) user.
-  - ``rlimits``: none of the above is permitted; network and filesystem are only limited by
-    the user's permissions. The verdict reports it, so a caller can refuse such runs.
+    no network, all processes die with the namespace; the files live in a host temporary
+    directory ``cascade-sbx-<grader pid>-*`` (removed after the run, or by :func:`sweep` when the
+    grader was killed); the host filesystem is visible with the permissions of the run's uid.
+  - ``rlimits``: neither of the above is permitted; network and filesystem are only limited by
+    the uid's permissions.
 
-The result names the isolation that ran (``RunResult.isolation``).
+Which isolation ran is reported (``RunResult.isolation``). :func:`require` makes a weaker one an
+error: training and difficulty filtering require ``bwrap`` by default, so code is never run with
+less isolation than the step asked for.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
+import itertools
 import os
 import resource
 import selectors
@@ -43,26 +51,37 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 NOBODY = 65534
 INSIDE_DIR = "/sandbox"
-ISOLATIONS = ("bwrap", "unshare", "rlimits")
+ISOLATIONS = ("bwrap", "unshare", "rlimits")  # strongest first
+REQUIRE_ENV = "CASCADE_SANDBOX_REQUIRE"
+UID_BASE, UID_SPAN, UID_SLOTS = 1 << 20, 1 << 30, 64
+TMP_PREFIX = "cascade-sbx-"
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+
+
+class SandboxUnavailable(RuntimeError):
+    """The isolation a step requires (:func:`require`) does not work on this machine."""
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one sandboxed run.
+    """Resource limits of one sandboxed process.
 
     Attributes:
         timeout_s: wall-clock seconds before the process group is killed.
-        cpu_s: ``RLIMIT_CPU`` seconds; ``None`` = ``ceil(timeout_s) + 1``.
+        cpu_s: ``RLIMIT_CPU`` seconds; ``None`` = ``int(timeout_s) + 2``.
         memory_bytes: ``RLIMIT_AS`` (address space), default 1 GiB.
         file_bytes: ``RLIMIT_FSIZE`` (largest file the program may write), default 16 MiB.
-        nproc: ``RLIMIT_NPROC`` (processes of the sandbox uid), default 64.
+        nproc: ``RLIMIT_NPROC`` (processes of the run's uid), default 64.
         output_bytes: cap on captured stdout and on stderr, each; default 1 MiB.
+        disk_bytes: size of each writable tmpfs (``/sandbox``, ``/tmp``) under bwrap; default 64 MiB.
     """
 
     timeout_s: float = 10.0
@@ -71,21 +90,21 @@ class Limits:
     file_bytes: int = 16 << 20
     nproc: int = 64
     output_bytes: int = 1 << 20
+    disk_bytes: int = 64 << 20
 
 
 @dataclass
 class RunResult:
-    """What one sandboxed run did.
+    """What one sandboxed process did.
 
     Attributes:
         status: ``ok`` (exit code 0), ``runtime_error`` (other exit code or signal),
             ``timeout`` (wall clock), ``output_limit`` (stdout/stderr over the cap) or
-            ``sandbox_error`` (the sandbox itself failed to start).
-        returncode: the child's exit code (negative: killed by that signal); None if not started.
+            ``sandbox_error`` (the process could not be started).
+        returncode: the exit code (negative: killed by that signal); None if not started.
         stdout, stderr: captured bytes, at most ``Limits.output_bytes`` each.
         wall_s: seconds from start to reaped.
         isolation: ``bwrap`` | ``unshare`` | ``rlimits``.
-        files: contents of the files the caller asked back (``collect``), read after the run.
     """
 
     status: str
@@ -94,15 +113,42 @@ class RunResult:
     stderr: bytes
     wall_s: float
     isolation: str
-    files: dict[str, bytes] = field(default_factory=dict)
 
 
-def _drop_to_nobody() -> bool:
-    return os.geteuid() == 0
+@dataclass
+class Program:
+    """One process to start in its own sandbox (:func:`run_group`).
+
+    Attributes:
+        files: ``{name: content}`` placed in the working directory (no sub-directories).
+        argv: the interpreter's arguments, e.g. ``["-I", "solution.py"]``.
+        stdin: bytes fed on standard input, or a file descriptor (a pipe end) to use as stdin.
+        fds: further descriptors the process keeps at the same numbers (pipes to another sandbox).
+            Descriptors given here (and an ``int`` stdin) are closed in this process once the
+            program is launched, so that a pipe reads end-of-file when its other side exits.
+        uid: the uid it runs as (:func:`run_uid` by default).
+    """
+
+    files: dict[str, str | bytes]
+    argv: list[str]
+    stdin: bytes | int = b""
+    fds: tuple[int, ...] = ()
+    uid: int = field(default_factory=lambda: run_uid())
+
+
+def run_uid() -> int:
+    """A uid for one sandboxed process: ``UID_BASE + (pid * UID_SLOTS + n) % UID_SPAN`` with ``n``
+    a per-process counter, so no two live sandboxes of this host share it (up to ``UID_SLOTS``
+    concurrent ones per grader process). Only a root grader can switch to it; others keep theirs."""
+    if os.geteuid() != 0:
+        return os.geteuid()
+    with _uid_lock:
+        n = next(_uid_counter) % UID_SLOTS
+    return UID_BASE + (os.getpid() * UID_SLOTS + n) % UID_SPAN
 
 
 def _world_executable(path: str) -> bool:
-    """Whether uid ``nobody`` can execute ``path`` (o+x on the file and every parent)."""
+    """Whether any uid can execute ``path`` (o+x on the file and every parent)."""
     p = Path(path)
     if not p.is_file() or not p.stat().st_mode & stat.S_IXOTH:
         return False
@@ -112,52 +158,58 @@ def _world_executable(path: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def interpreter() -> str:
     """The Python the sandbox runs: this interpreter's base executable, or, when the grader is
-    root and that is not reachable by ``nobody`` (e.g. under ``/root``), ``python3.X`` on PATH
+    root and that is not reachable by other uids (e.g. under ``/root``), ``python3.X`` on PATH
     (same minor version required).
 
     Raises:
         RuntimeError: no usable interpreter.
     """
     base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    if not _drop_to_nobody() or _world_executable(base):
+    if os.geteuid() != 0 or _world_executable(base):
         return base
     minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
     found = shutil.which(minor, path="/usr/local/bin:/usr/bin:/bin")
     if found and _world_executable(os.path.realpath(found)):
         return os.path.realpath(found)
-    raise RuntimeError(f"no {minor} that uid {NOBODY} can execute (the grader runs as root; "
+    raise RuntimeError(f"no {minor} that an unprivileged uid can execute (the grader runs as root; "
                        f"{base} is not world-executable)")
 
 
-def _bwrap_prefix(workdir: str) -> list[str]:
+def _bwrap_prefix(workdir: str | None, limits: Limits) -> list[str]:
+    """bubblewrap's arguments up to the command: ``workdir`` bound at ``/sandbox`` (read-write), or,
+    when None, a tmpfs of ``limits.disk_bytes`` there."""
     py_root = str(Path(interpreter()).parents[1])
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
-            "--ro-bind", "/usr", "/usr"]
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for d in ("/lib", "/lib64", "/lib32", "/bin", "/sbin"):
         args += ["--ro-bind-try", d, d]
     if not py_root.startswith("/usr"):
         args += ["--ro-bind", py_root, py_root]
-    return args + ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-                   "--bind", workdir, INSIDE_DIR, "--chdir", INSIDE_DIR]
+    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(limits.disk_bytes), "--tmpfs", "/tmp"]
+    mount = ["--bind", workdir, INSIDE_DIR] if workdir else ["--size", str(limits.disk_bytes), "--tmpfs", INSIDE_DIR]
+    return args + mount + ["--chdir", INSIDE_DIR]
 
 
-def _command(isolation: str, workdir: str, argv: list[str]) -> tuple[list[str], str]:
+def _command(isolation: str, workdir: str, argv: list[str], limits: Limits) -> tuple[list[str], str]:
     """The full command line and the working directory path the program sees."""
     if isolation == "bwrap":
-        return _bwrap_prefix(workdir) + argv, INSIDE_DIR
+        return _bwrap_prefix(workdir, limits) + argv, INSIDE_DIR
     if isolation == "unshare":
         return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"] + argv, workdir
     return argv, workdir
 
 
-def _preexec(limits: Limits):
+def _env(cwd_inside: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": cwd_inside, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _preexec(limits: Limits, uid: int):
     cpu = limits.cpu_s if limits.cpu_s is not None else int(limits.timeout_s) + 2
 
     def apply() -> None:
-        if _drop_to_nobody():
-            os.setgid(NOBODY)
+        if os.geteuid() == 0:
+            os.setgid(uid)
             os.setgroups([])
-            os.setuid(NOBODY)
+            os.setuid(uid)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -179,67 +231,150 @@ def _kill_group(pgid: int, wait_s: float) -> None:
         time.sleep(0.01)
 
 
-def _execute(cmd: list[str], cwd: str, env: dict[str, str], stdin_path: str, limits: Limits,
-             isolation: str) -> RunResult:
-    start = time.monotonic()
-    with open(stdin_path, "rb") as stdin:
+def _memfd(name: str, content: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, content) if len(content) < (1 << 16) else Path(f"/proc/self/fd/{fd}").write_bytes(content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+class _Launched:
+    """A started sandboxed process (or one that failed to start) and the host directory it holds."""
+
+    def __init__(self, cmd: list[str], cwd: str, inside: str, stdin: int, pass_fds: tuple[int, ...],
+                 limits: Limits, uid: int, mode: str, workdir: str | None = None):
+        self.mode, self.workdir, self.start = mode, workdir, time.monotonic()
+        self.proc: subprocess.Popen | None = None
+        self.error = b""
         try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=_preexec(limits), close_fds=True)
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=_env(inside), stdin=stdin, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
+                                         preexec_fn=_preexec(limits, uid))
         except OSError as exc:
-            return RunResult("sandbox_error", None, b"", str(exc).encode(), 0.0, isolation)
-    out = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    status = None
-    deadline = start + limits.timeout_s
+            self.error = f"{type(exc).__name__}: {exc}".encode()
+
+    def finish(self, status: str | None, out: bytes, err: bytes) -> RunResult:
+        """Kill what is left of the group, reap, remove the work directory."""
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.proc is None:
+            return RunResult("sandbox_error", None, b"", self.error, 0.0, self.mode)
+        _kill_group(self.proc.pid, wait_s=0.0)  # the leader becomes a zombie; its group stays addressable
+        self.proc.wait()
+        # Anything the program left in its group, SIGKILLed again for 50 ms (a process forked while
+        # the first signal was sent). A killed bubblewrap sandbox takes 1-2 s to be torn down by the
+        # kernel (pid namespace), but its processes are already dead to the world (SIGKILL cannot
+        # be caught or outlived by a fork), so the grader moves on.
+        _kill_group(self.proc.pid, wait_s=0.05)
+        if self.workdir:  # again: the program may have written into it until killed
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        rc = self.proc.returncode
+        if status is None:
+            status = "ok" if rc == 0 else "runtime_error"
+        return RunResult(status, rc, out, err, time.monotonic() - self.start, self.mode)
+
+
+def _launch(program: Program, limits: Limits, mode: str) -> _Launched:
+    """Start ``program``: under bwrap its files are memfds bound read-only into a tmpfs, else they
+    are written to a host temporary directory owned by the run's uid."""
+    own: list[int] = []  # descriptors made here, closed once the child has them
+    data = {n: c.encode() if isinstance(c, str) else c for n, c in program.files.items()}
+    workdir = None
+    try:
+        if mode == "bwrap":
+            binds = []
+            for name, content in data.items():
+                own.append(_memfd(name, content))
+                binds += ["--ro-bind-data", str(own[-1]), f"{INSIDE_DIR}/{name}"]
+            prefix = _bwrap_prefix(None, limits)
+            cmd = prefix[:-2] + binds + prefix[-2:] + [interpreter(), *program.argv]
+            cwd, inside = "/", INSIDE_DIR
+        else:
+            workdir = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
+            for name, content in data.items():
+                Path(workdir, name).write_bytes(content)
+            if os.geteuid() == 0:
+                for p in [workdir, *(os.path.join(workdir, n) for n in data)]:
+                    os.chown(p, program.uid, program.uid)
+            cmd, inside = _command(mode, workdir, [interpreter(), *program.argv], limits)
+            cwd = workdir
+        if isinstance(program.stdin, int):
+            stdin = program.stdin
+        else:
+            own.append(stdin := _memfd("stdin", program.stdin))
+        return _Launched(cmd, cwd, inside, stdin, tuple(own) + tuple(program.fds), limits, program.uid, mode,
+                         workdir)
+    finally:
+        for fd in own + list(program.fds) + ([program.stdin] if isinstance(program.stdin, int) else []):
+            os.close(fd)
+
+
+def _supervise(launched: list[_Launched], limits: Limits) -> list[RunResult]:
+    """Read every process's stdout and stderr (capped) until all are closed, the deadline (every
+    group killed; ``timeout`` for those not done) or the first output over the cap."""
+    bufs = [[bytearray(), bytearray()] for _ in launched]
+    status: list[str | None] = [None] * len(launched)
+    deadline = min(x.start for x in launched) + limits.timeout_s
     with selectors.DefaultSelector() as sel:
-        for f in out:
-            sel.register(f, selectors.EVENT_READ)
-        while sel.get_map():
+        for k, x in enumerate(launched):
+            if x.proc is not None:
+                sel.register(x.proc.stdout, selectors.EVENT_READ, (k, 0))
+                sel.register(x.proc.stderr, selectors.EVENT_READ, (k, 1))
+        stop = False
+        while sel.get_map() and not stop:
             left = deadline - time.monotonic()
             if left <= 0:
-                status = "timeout"
+                for key in sel.get_map().values():
+                    status[key.data[0]] = "timeout"
                 break
             for key, _ in sel.select(timeout=left):
+                k, which = key.data
                 chunk = os.read(key.fileobj.fileno(), 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
                     continue
-                buf = out[key.fileobj]
+                buf = bufs[k][which]
                 room = limits.output_bytes - len(buf)
                 buf += chunk[:room]
                 if len(chunk) > room:
-                    status = "output_limit"
-            if status:
-                break
-    _kill_group(proc.pid, wait_s=0.0)  # the leader becomes a zombie; its group stays addressable
-    proc.wait()
-    # Anything the program left behind in its group, SIGKILLed again until gone or for 0.5 s: a
-    # killed bubblewrap sandbox takes 1-2 s to be torn down by the kernel (pid namespace), but its
-    # processes are already dead to the world (SIGKILL cannot be caught), so the grader moves on.
-    _kill_group(proc.pid, wait_s=0.5)
-    for f in out:
-        f.close()
-    rc = proc.returncode
-    if status is None:
-        status = "ok" if rc == 0 else "runtime_error"
-    return RunResult(status, rc, bytes(out[proc.stdout]), bytes(out[proc.stderr]),
-                     time.monotonic() - start, isolation)
+                    status[k], stop = "output_limit", True
+    for x in launched:
+        if x.proc is not None:
+            x.proc.stdout.close()
+            x.proc.stderr.close()
+    return [x.finish(s, bytes(b[0]), bytes(b[1])) for x, s, b in zip(launched, status, bufs)]
+
+
+def run_group(programs: list[Program], limits: Limits, isolation_mode: str | None = None) -> list[RunResult]:
+    """Start every program in its own sandbox at once and supervise them under one wall clock.
+
+    Programs talk through pipes the caller made and passed in ``Program.stdin``/``Program.fds``
+    (this process's copies of those ends are closed as each program starts). The run ends when
+    every program has closed its stdout and stderr, at the deadline (every group killed, status
+    ``timeout`` for those still open) or at the first output over the cap (every group killed).
+
+    Returns:
+        one :class:`RunResult` per program, in order; never raises for what the programs do.
+
+    Raises:
+        ValueError: unknown ``isolation_mode``. SandboxUnavailable: see :func:`isolation`.
+    """
+    mode = isolation_mode or isolation()
+    if mode not in ISOLATIONS:
+        raise ValueError(f"isolation_mode {mode!r}: expected one of {ISOLATIONS}")
+    return _supervise([_launch(p, limits, mode) for p in programs], limits)
 
 
 def run_python(files: dict[str, str | bytes], script: str, *, args: list[str] = (), stdin: bytes = b"",
-               limits: Limits = Limits(), collect: tuple[str, ...] = (),
-               isolation_mode: str | None = None) -> RunResult:
-    """Run ``python -I <script> [args]`` in a fresh sandbox directory holding ``files``.
+               limits: Limits = Limits(), isolation_mode: str | None = None) -> RunResult:
+    """Run ``python -I <script> [args]`` in a fresh sandbox holding ``files``.
 
     Args:
-        files: ``{relative name: content}`` written into the work directory first.
+        files: ``{name: content}`` placed in the working directory.
         script: the file (one of ``files``) to run.
         args: extra command-line arguments.
-        stdin: bytes fed on standard input (from a file, so any size).
+        stdin: bytes fed on standard input (any size).
         limits: resource limits.
-        collect: work-directory files whose bytes come back in ``RunResult.files`` (at most
-            ``limits.file_bytes`` each; a missing file is absent).
         isolation_mode: force ``bwrap`` | ``unshare`` | ``rlimits`` (tests); default :func:`isolation`.
 
     Returns:
@@ -250,39 +385,69 @@ def run_python(files: dict[str, str | bytes], script: str, *, args: list[str] = 
     """
     if script not in files:
         raise ValueError(f"script {script!r} is not among the files")
-    mode = isolation_mode or isolation()
-    if mode not in ISOLATIONS:
-        raise ValueError(f"isolation_mode {mode!r}: expected one of {ISOLATIONS}")
-    workdir = tempfile.mkdtemp(prefix="cascade-sbx-")
+    return run_group([Program(files, ["-I", script, *args], stdin)], limits, isolation_mode)[0]
+
+
+def run_in_directory(workdir: str, argv: list[str], *, limits: Limits, isolation_mode: str,
+                     ro_binds: tuple[str, ...] = (), stdin: bytes = b"") -> RunResult:
+    """Run ``argv`` (interpreter first) as uid ``nobody`` with the host directory ``workdir`` as its
+    read-write working directory (``/sandbox`` under bwrap) and ``ro_binds`` visible read-only at
+    the same paths (bwrap). For SWE workspaces, whose edits persist between runs: the caller owns
+    ``workdir`` (chowned to ``nobody``) and its disk use."""
+    cmd, inside = _command(isolation_mode, workdir, argv, limits)
+    if isolation_mode == "bwrap":
+        cmd = _bwrap_prefix(workdir, limits) + [a for p in ro_binds for a in ("--ro-bind", p, p)] + argv
+    stdin_fd = _memfd("stdin", stdin)
     try:
-        for name, content in files.items():
-            path = Path(workdir, name)
-            path.write_bytes(content.encode() if isinstance(content, str) else content)
-        stdin_path = os.path.join(workdir, ".stdin")
-        Path(stdin_path).write_bytes(stdin)
-        os.chmod(stdin_path, 0o400)
-        if _drop_to_nobody():
-            for p in [workdir, *(os.path.join(workdir, n) for n in files)]:
-                os.chown(p, NOBODY, NOBODY)
-        cmd, cwd = _command(mode, workdir, [interpreter(), "-I", script, *args])
-        env = {"PATH": "/usr/bin:/bin", "HOME": cwd, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-        result = _execute(cmd, workdir, env, stdin_path, limits, mode)
-        for name in collect:
-            path = Path(workdir, name)
-            if path.is_file() and not path.is_symlink():
-                with path.open("rb") as f:
-                    result.files[name] = f.read(limits.file_bytes)
-        return result
+        launched = _Launched(cmd, workdir, inside, stdin_fd, (), limits, NOBODY, isolation_mode)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        os.close(stdin_fd)
+    return _supervise([launched], limits)[0]
+
+
+def sweep(pid: int) -> int:
+    """Remove the temporary directories of grader process ``pid`` (call it after killing that
+    process: its ``finally`` blocks did not run). Returns how many were removed."""
+    found = glob.glob(os.path.join(tempfile.gettempdir(), f"{TMP_PREFIX}{pid}-*"))
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(found)
+
+
+def require(level: str | None) -> str:
+    """Make ``level`` (``bwrap`` | ``unshare`` | ``rlimits``; None or ``rlimits``: anything) the
+    weakest isolation this process and the verifier workers it starts may use (environment
+    variable ``CASCADE_SANDBOX_REQUIRE``), and check it now.
+
+    Returns:
+        the isolation that will run.
+
+    Raises:
+        ValueError: unknown level.
+        SandboxUnavailable: the best isolation here is weaker, with what to install.
+    """
+    if level is not None and level not in ISOLATIONS:
+        raise ValueError(f"sandbox.require {level!r}: expected one of {ISOLATIONS} or null")
+    os.environ[REQUIRE_ENV] = level or "rlimits"
+    return isolation()
+
+
+def require_from_params(params: dict) -> str:
+    """:func:`require` with ``params["sandbox"]["require"]`` (default ``bwrap``): what the DVC steps
+    that run generated code (synthesize, difficulty, train) call before any work.
+
+    Raises:
+        ValueError: naming the params key when the value is unknown. SandboxUnavailable.
+    """
+    level = (params.get("sandbox") or {}).get("require", "bwrap")
+    try:
+        return require(level)
+    except ValueError as exc:
+        raise ValueError(f"params.yaml sandbox.require: {exc}") from None
 
 
 @functools.lru_cache(maxsize=1)
-def isolation() -> str:
-    """The strongest isolation that works here: ``bwrap``, else ``unshare``, else ``rlimits``.
-
-    Each candidate is probed once per process with a trivial program (a probe must print ``ok``).
-    """
+def _probe() -> str:
     for mode in ISOLATIONS[:-1]:
         if mode == "bwrap" and not shutil.which("bwrap") or mode == "unshare" and not shutil.which("unshare"):
             continue
@@ -290,3 +455,20 @@ def isolation() -> str:
         if probe.status == "ok" and probe.stdout.strip() == b"ok":
             return mode
     return "rlimits"
+
+
+def isolation() -> str:
+    """The strongest isolation that works here: ``bwrap``, else ``unshare``, else ``rlimits``
+    (each probed once per process with a trivial program that must print ``ok``).
+
+    Raises:
+        SandboxUnavailable: it is weaker than the level :func:`require` set (``CASCADE_SANDBOX_REQUIRE``).
+    """
+    mode = _probe()
+    wanted = os.environ.get(REQUIRE_ENV) or "rlimits"
+    if wanted in ISOLATIONS and ISOLATIONS.index(mode) > ISOLATIONS.index(wanted):
+        raise SandboxUnavailable(
+            f"code sandbox: {wanted!r} isolation is required (params sandbox.require) but only {mode!r} "
+            f"works here; install bubblewrap (`apt-get install bubblewrap`) and allow unprivileged user "
+            f"namespaces, or set sandbox.require: {mode} to run generated code with less isolation")
+    return mode
