@@ -11,31 +11,15 @@ import shutil
 import socket
 import time
 
-import psutil
 import pytest
 
 from tests.handed import handed_case
+from tests.procs import sandbox_procs
 from validators.verifiers import check_row, verify
 from validators.verifiers.code import extract_code, outputs_match, run_tests
 from validators.verifiers.sandbox import Limits, isolation, run_python
 
 FAST = Limits(timeout_s=2)
-
-
-def _sandbox_procs(settle_s: float = 5.0) -> list[psutil.Process]:
-    """Sandboxed programs (or their bubblewrap wrappers) still alive once the kernel had ``settle_s``
-    to tear killed sandboxes down (a pid namespace takes 1-2 s here)."""
-    end = time.monotonic() + settle_s
-    while True:
-        found = []
-        for p in psutil.process_iter(["cmdline", "status"]):
-            cmd = " ".join(p.info["cmdline"] or [])
-            if p.info["status"] != psutil.STATUS_ZOMBIE and (
-                    "cascade-sbx-" in cmd or "code_server.py" in cmd or "code_grader.py" in cmd or "bwrap" in cmd):
-                found.append(p)
-        if not found or time.monotonic() > end:
-            return found
-        time.sleep(0.1)
 
 
 def _stdio(tests, timeout_s=2.0):
@@ -53,7 +37,7 @@ def test_code_01_wall_clock_kills_every_non_terminating_program():
         assert (res.passed, res.reward) == (exp[name]["passed"], exp[name]["reward"]), name
         if "status" in exp[name]:
             assert res.status == exp[name]["status"], name
-    assert len(_sandbox_procs()) == exp["leftover_child_processes"]
+    assert len(sandbox_procs()) == exp["leftover_child_processes"]
 
 
 def test_code_03_output_cap_is_enforced_while_streaming():
@@ -111,7 +95,7 @@ def test_adversarial_programs_score_zero_and_leave_nothing(name):
     verdict = verify(f"```python\n{code}```", row)
     assert verdict.reward == 0.0 and not verdict.passed
     assert verdict.details["isolation"] == isolation()
-    assert _sandbox_procs() == []
+    assert sandbox_procs() == []
     # the grader still works after it
     assert verify("```python\ndef f(x):\n    return x + 1\n```", row).reward == 1.0
 
@@ -191,4 +175,4 @@ def test_fallback_isolations_still_limit_time_and_report_themselves(mode):
     assert (ok.status, ok.stdout, ok.isolation) == ("ok", b"cba\n", mode)
     hang = run_python({"a.py": "import time\ntime.sleep(30)"}, "a.py", limits=Limits(timeout_s=1), isolation_mode=mode)
     assert hang.status == "timeout" and hang.wall_s < 3
-    assert _sandbox_procs() == []
+    assert sandbox_procs() == []
