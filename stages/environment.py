@@ -154,10 +154,13 @@ class GenRMEnvironment:
 
     def __init__(self, judge: Any, judge_tokenizer: Any, strategy: str = "circular", max_new_tokens: int = 256):
         self.judge, self.tokenizer, self.strategy = judge, judge_tokenizer, strategy
-        self.max_new_tokens, self.malformed = max_new_tokens, 0
+        self.max_new_tokens, self.malformed, self.addressed_judge = max_new_tokens, 0, 0
 
     def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float, bool]]:
-        from validators.verifiers.genrm import group_rewards, pair_indices
+        """Group rewards; the judge sees final answers only, and responses with no final answer or
+        addressing the judge get 0 unjudged (``validators.verifiers.genrm.screen``; counted in
+        ``addressed_judge``)."""
+        from validators.verifiers.genrm import group_rewards, judged_pairs, screen
 
         out: list[tuple[float, bool]] = []
         start = 0
@@ -165,17 +168,19 @@ class GenRMEnvironment:
             end = start
             while end < len(rows) and rows[end].get("uuid") == rows[start].get("uuid"):
                 end += 1
-            group = responses[start:end]
+            views, excluded = screen(responses[start:end])
             conversation = "\n".join(f"{m['role']}: {m['content']}"
                                      for m in rows[start]["responses_create_params"]["input"])
-            pairs = pair_indices(len(group), self.strategy)
+            pairs = judged_pairs(len(views), excluded, self.strategy)
             prompts = [self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": JUDGE_PROMPT.format(conversation=conversation, response_1=group[i],
-                                                                 response_2=group[j])}],
+                [{"role": "user", "content": JUDGE_PROMPT.format(conversation=conversation, response_1=views[i],
+                                                                 response_2=views[j])}],
                 add_generation_prompt=True, tokenize=True, return_dict=False) for i, j in pairs]
-            texts = self.judge.generate(prompts, n=1, greedy=True, max_new_tokens=self.max_new_tokens).texts
-            result = group_rewards(len(group), pairs, texts)
+            texts = self.judge.generate(prompts, n=1, greedy=True, max_new_tokens=self.max_new_tokens).texts \
+                if prompts else []
+            result = group_rewards(len(views), pairs, texts, excluded)
             self.malformed += len(result.malformed)
+            self.addressed_judge += sum(r == "addresses the judge" for r in excluded.values())
             out.extend((r, r > 0.5) for r in result.rewards)
             start = end
         return out

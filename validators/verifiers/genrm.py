@@ -17,6 +17,13 @@ box holding two numbers and a one-number box after it) from the judge's final an
 stripped). Anything else — no scores, non-integers, out-of-range values, an unclosed ``<think>`` —
 raises :class:`GenRMParseError`.
 
+What the judge sees (:func:`judge_view`): only a response's final answer, reasoning stripped as
+every verifier strips it (:func:`~validators.verifiers.registry.final_answer`). A response with an
+unclosed ``<think>`` has no final answer, and one whose final answer addresses the judge
+(:func:`addresses_judge`: "ignore the above", "rate this 5", "dear judge", the judge's own score
+markers) is never shown to the judge: both get the minimum reward 0, so a prompt injection can
+only lose against the same response without it, whatever the judge would have said.
+
 Rewards (:func:`group_rewards`): each judged pair gives response 1 the score ``s1 + b`` and
 response 2 ``s2 - b``, where the tie-break ``b = (3.5 - ranking) / 5`` applies only when
 ``s1 == s2`` (so the ranking only breaks ties); a response's raw reward is the mean over its judged
@@ -24,7 +31,7 @@ pairs, mapped to [0, 1] by ``(x - 0.5) / 5``. A malformed judgement is dropped f
 means and reported with its reason; a response left with no judged pair gets the mean reward of
 the judged ones (zero advantage under GRPO), or 0.5 when no pair parsed, and is listed in
 ``unjudged``. Pairing strategies (:func:`pair_indices`): ``circular`` (i vs i+1 mod n: n pairs,
-each response judged twice, positions balanced) and ``all_pairs`` (n(n-1)/2 pairs).
+each response judged twice, positions balanced) and ``all_pairs`` (n(n-1)/2 pairs), among the responses the judge may see.
 """
 
 from __future__ import annotations
@@ -39,6 +46,46 @@ from validators.verifiers.registry import Verifier, final_answer, register_verif
 STRATEGIES = ("circular", "all_pairs")
 _SECTION = r"\[The Begin of {name}\](.*?)\[The End of {name}\]"
 _BOX = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+_TO_JUDGE = re.compile("|".join([
+    r"\b(?:ignore|disregard|forget|override)\b[^.\n]{0,40}\b(?:above|previous|prior|earlier|preceding|"
+    r"instructions?|rules?|prompt|rubric)\b",
+    r"\b(?:judge|grader|evaluator|reviewer|rater|assessor|reward model|scorer|annotator)s?\b[^.\n]{0,60}"
+    r"\b(?:rate|score|grade|give|assign|award|rank|prefer|choose|must|should)\b",
+    r"\b(?:rate|score|grade|rank|judge)\s+(?:this|me|my|the\s+(?:above|following)|response|answer)\b[^.\n]{0,40}"
+    r"\b(?:[1-6](?:\s*/\s*[56])?|highest|best|top|maximum|perfect|full)\b",
+    r"\b(?:give|award|assign)\s+(?:this|me|my|it|the)\b[^.\n]{0,30}\b(?:[56]|highest|perfect|full|maximum|top)\b",
+    r"\[The (?:Begin|End) of (?:Individual Scores|Ranking Score)\]",
+    r"\\boxed\{\s*\d\s*,\s*\d\s*\}",
+    r"\b(?:system|judge)\s*(?:prompt|message|note|override)\s*:",
+    r"\b(?:Response|Assistant)\s*[12AB]\s+is\s+(?:much\s+|slightly\s+)?(?:better|worse)\b",
+]), re.I)
+
+
+def judge_view(response: str) -> str | None:
+    """What the judge is shown of ``response``: its final answer, or None when it has none
+    (unclosed ``<think>``)."""
+    return final_answer(response)
+
+
+def addresses_judge(text: str) -> bool:
+    """Whether ``text`` speaks to the judge instead of the user: instructions to ignore the rubric,
+    requests for a score or ranking, or the judge's own output markers. Such a response gets the
+    minimum reward without being judged (see the module doc)."""
+    return _TO_JUDGE.search(text) is not None
+
+
+def screen(responses: list[str]) -> tuple[list[str | None], dict[int, str]]:
+    """The judge's view of each response and ``{index: reason}`` of those it must not see."""
+    views = [judge_view(r) for r in responses]
+    excluded = {}
+    for i, v in enumerate(views):
+        if v is None:
+            excluded[i] = "unclosed <think>: no final answer"
+        elif addresses_judge(v):
+            excluded[i] = "addresses the judge"
+    return views, excluded
 
 
 class GenRMParseError(ValueError):
@@ -115,26 +162,39 @@ class GroupRewards:
         n_judged: number of parsed judgements each response was in.
         malformed: ``(pair, reason)`` for each judge output that did not parse.
         unjudged: responses with no parsed judgement (given the neutral reward).
+        excluded: ``{response: reason}`` of those never shown to the judge (reward 0).
     """
 
     rewards: list[float]
     n_judged: list[int]
     malformed: list[tuple[tuple[int, int], str]] = field(default_factory=list)
     unjudged: list[int] = field(default_factory=list)
+    excluded: dict[int, str] = field(default_factory=dict)
 
 
-def group_rewards(n: int, pairs: list[tuple[int, int]], judge_outputs: list[str]) -> GroupRewards:
-    """Rewards of ``n`` responses from the judge outputs of ``pairs`` (see the module doc).
+def judged_pairs(n: int, excluded: dict[int, str], strategy: str = "circular") -> list[tuple[int, int]]:
+    """:func:`pair_indices` over the responses not ``excluded`` (indices into all ``n``); none
+    when fewer than two remain."""
+    shown = [i for i in range(n) if i not in excluded]
+    return [(shown[a], shown[b]) for a, b in pair_indices(len(shown), strategy)] if len(shown) >= 2 else []
+
+
+def group_rewards(n: int, pairs: list[tuple[int, int]], judge_outputs: list[str],
+                  excluded: dict[int, str] | None = None) -> GroupRewards:
+    """Rewards of ``n`` responses from the judge outputs of ``pairs`` (see the module doc); the
+    ``excluded`` responses (:func:`screen`) get 0 and are in no pair.
 
     Raises:
-        ValueError: ``pairs`` and ``judge_outputs`` differ in length, or a pair index is out of range.
+        ValueError: ``pairs`` and ``judge_outputs`` differ in length, a pair index is out of range
+            or names an excluded response.
     """
+    excluded = excluded or {}
     if len(pairs) != len(judge_outputs):
         raise ValueError(f"{len(pairs)} pairs but {len(judge_outputs)} judge outputs")
     totals, counts, malformed = [0.0] * n, [0] * n, []
     for (i, j), text in zip(pairs, judge_outputs):
-        if not (0 <= i < n and 0 <= j < n and i != j):
-            raise ValueError(f"pair {(i, j)} invalid for {n} responses")
+        if not (0 <= i < n and 0 <= j < n and i != j) or i in excluded or j in excluded:
+            raise ValueError(f"pair {(i, j)} invalid for {n} responses (excluded: {sorted(excluded)})")
         try:
             jd = parse_judgement(text)
         except GenRMParseError as exc:
@@ -148,8 +208,9 @@ def group_rewards(n: int, pairs: list[tuple[int, int]], judge_outputs: list[str]
     raw = [(t / c - 0.5) / 5 if c else None for t, c in zip(totals, counts)]
     judged = [r for r in raw if r is not None]
     neutral = sum(judged) / len(judged) if judged else 0.5
-    return GroupRewards([neutral if r is None else r for r in raw], counts, malformed,
-                        [k for k, r in enumerate(raw) if r is None])
+    rewards = [0.0 if k in excluded else neutral if r is None else r for k, r in enumerate(raw)]
+    return GroupRewards(rewards, counts, malformed,
+                        [k for k, r in enumerate(raw) if r is None and k not in excluded], dict(excluded))
 
 
 @register_verifier("genrm")

@@ -19,7 +19,11 @@ offline. Differences, by design:
   relation, a letter that is not one ASCII letter, a missing argument or an unknown instruction id
   raise ValueError (``check_row`` rejects the row; at grading the verdict is 0): never a random
   default;
-* only the strict response is graded (no "loose" variants).
+* only the strict response is graded (no "loose" variants);
+* no hedging: ``detectable_format:constrained_response`` needs exactly one of its three answers
+  (the reference accepts a response that lists all three), and an empty final answer follows no
+  instruction (it would satisfy "no commas", "all lowercase", "fewer than N words" without
+  answering anything).
 """
 
 from __future__ import annotations
@@ -216,7 +220,7 @@ def _bullets(text: str, num_bullets: int) -> bool:
 
 @instruction("detectable_format:constrained_response")
 def _constrained(text: str) -> bool:
-    return any(opt in text.strip() for opt in ("My answer is yes.", "My answer is no.", "My answer is maybe."))
+    return sum(opt in text.strip() for opt in ("My answer is yes.", "My answer is no.", "My answer is maybe.")) == 1
 
 
 @instruction("detectable_format:number_highlighted_sections", "num_highlights")
@@ -368,8 +372,11 @@ class InstructionFollowingVerifier(Verifier):
                 raise ValueError(f"row {row.get('uuid')!r}: instruction_id_list[{i}]: {exc}") from None
 
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
-        results = [follows(iid, kw, answer) for iid, kw in _row_specs(row)]
         ids = list(row["instruction_id_list"])
+        if not answer.strip():
+            return fail("empty answer: no instruction is followed by saying nothing",
+                        follow=[False] * len(ids), instruction_id_list=ids)
+        results = [follows(iid, kw, answer) for iid, kw in _row_specs(row)]
         details = {"follow": results, "instruction_id_list": ids}
         n_ok = sum(results)
         if metadata(row).get("reward_mode") == "fraction":

@@ -8,8 +8,14 @@
   one. A final answer with no box at all is handed whole to math-verify's own extraction (its
   LaTeX and plain-expression extractors, e.g. ``3/4``), then, if that finds nothing, wrapped in
   ``$...$`` (a bare ``\\dfrac{3}{4}``).
+* Several boxes: only the LAST counts (a self-correction is graded by its final box), so hedging
+  over several boxed answers earns exactly what its last box alone earns.
+* Scientific notation (``1.5e-18``, ``2E+3``) is read as a number, ``1.5\\times 10^{-18}``, in the
+  prediction and the gold before parsing (math-verify reads ``1.5e-18`` as ``1.5 e - 18``).
 * Gold and prediction are parsed by ``math_verify.parse`` (the box content wrapped in ``$...$``)
-  and compared by ``math_verify.verify(gold, pred)``, gold first (the comparison is asymmetric).
+  and compared by ``math_verify.verify(gold, pred)``, gold first (the comparison is asymmetric),
+  except when both are finite real numbers: then :func:`numbers_equal` decides, relatively (math-verify
+  compares to a fixed number of decimals, so ``2^{-60}`` and ``2^{-59}`` were equal).
   math-verify's ``signal.alarm`` timeouts are disabled (``parsing_timeout=None``,
   ``timeout_seconds=None``): they only work in a main thread; the batch runner's process-level
   wall clock bounds every call instead.
@@ -32,6 +38,8 @@ import functools
 import importlib.metadata
 import logging
 import re
+from decimal import Decimal, localcontext
+from fractions import Fraction
 from typing import Any
 
 from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, register_verifier
@@ -66,6 +74,101 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+_SCI = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
+_LITERAL = re.compile(r"\s*([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:(?:\\times|\\cdot|\*)\s*10\s*\^\s*"
+                      r"(?:\{\s*([+-]?\d+)\s*\}|([+-]?\d))\s*)?")
+MIN_DIGITS = 6
+
+
+def scientific_to_latex(text: str) -> str:
+    """``1.5e-18`` -> ``1.5\\times 10^{-18}`` wherever a number in scientific notation stands alone."""
+    return _SCI.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", text)
+
+
+def _decimal_literal(text: str) -> tuple[Fraction, int] | None:
+    """``(exact value, significant digits)`` when ``text`` is a decimal number written with a point
+    or a power of ten (``0.3330``, ``1.0\\times 10^{3}``); None for integers and anything else."""
+    m = _LITERAL.fullmatch(text)
+    if not m or ("." not in m.group(2) and m.group(3) is None and m.group(4) is None):
+        return None
+    exp = int(m.group(3) or m.group(4) or 0)
+    digits = m.group(2).replace(".", "").lstrip("0") or "0"
+    value = Fraction(Decimal(m.group(1) + m.group(2))) * Fraction(10) ** exp
+    return value, len(digits)
+
+
+def _value(text: str, expr: Any) -> tuple[Fraction | Decimal, int | None] | None:
+    """The number ``text``/``expr`` stands for: ``(value, significant digits)`` for a decimal
+    literal, ``(exact Fraction, None)`` for a rational, ``(60-digit Decimal, None)`` for another
+    finite real constant (``\\sqrt{2}``, ``\\pi``); None when it is not a finite real number."""
+    import sympy
+
+    literal = _decimal_literal(text.strip().strip("$"))
+    if literal:
+        return literal
+    if not isinstance(expr, sympy.Basic) or not expr.is_number or expr.free_symbols:
+        return None
+    if expr.is_Rational:
+        return Fraction(int(expr.p), int(expr.q)), None
+    if isinstance(expr, sympy.Float):
+        return _decimal_literal(str(expr)) or (Fraction(Decimal(str(expr))), None)
+    if not (expr.is_real and expr.is_finite):
+        return None
+    return Decimal(str(sympy.N(expr, 60))), None
+
+
+def _digits_needed(value: Fraction | Decimal, digits: int | None) -> int:
+    """Significant digits a rounded decimal must keep to stand for ``value``: its own when it is a
+    decimal with at most :data:`MIN_DIGITS`, else :data:`MIN_DIGITS`."""
+    if digits is not None:
+        return min(digits, MIN_DIGITS)
+    if isinstance(value, Fraction):
+        for k in range(1, MIN_DIGITS):
+            if _half_ulp(value, k) and value == _round(value, k):
+                return k
+    return MIN_DIGITS
+
+
+def _round(value: Fraction, digits: int) -> Fraction:
+    with localcontext() as ctx:
+        ctx.prec = digits
+        return Fraction(+Decimal(value.numerator) / Decimal(value.denominator))
+
+
+def _half_ulp(value: Fraction | Decimal, digits: int) -> Fraction:
+    """Half a unit in the last of ``digits`` significant places of ``value``."""
+    with localcontext() as ctx:
+        ctx.prec = 80
+        lead = (Decimal(value.numerator) / Decimal(value.denominator) if isinstance(value, Fraction)
+                else value).adjusted()
+    return Fraction(5) * Fraction(10) ** (lead - digits)
+
+
+def numbers_equal(gold: tuple[Fraction | Decimal, int | None], pred: tuple[Fraction | Decimal, int | None]) -> bool:
+    """Relative equality of two numbers from :func:`_value` (``(value, significant digits or None)``).
+
+    * both exact (integers, fractions, radicals): equal values (``2^{-60} != 2^{-59}``; constants
+      evaluated to 60 digits, equal within a relative 1e-40);
+    * the prediction is a decimal no more precise than the gold: it must be the gold correctly
+      rounded to the prediction's significant digits (within half a unit of its last place), with
+      at least as many digits as the gold has, up to :data:`MIN_DIGITS` (``1/3`` = ``0.333333``,
+      ``0.33`` is not; ``2^{-60}`` = ``8.67362\\times 10^{-19}``; ``12`` != ``1\\times 10^{1}``);
+    * the gold is a decimal less precise than the prediction: the prediction rounds to it.
+
+    Zero equals only zero. Units: none (plain numbers).
+    """
+    (g, gd), (p, pd) = gold, pred
+    g, p = (x if isinstance(x, Fraction) else Fraction(x) for x in (g, p))
+    if g == 0 or p == 0:
+        return g == p
+    if pd is not None and (gd is None or pd <= gd):
+        return pd >= _digits_needed(g, gd) and abs(g - p) <= _half_ulp(p, pd)
+    if gd is not None:
+        return abs(g - p) <= _half_ulp(g, gd)
+    exact = isinstance(gold[0], Fraction) and isinstance(pred[0], Fraction)
+    return g == p if exact else abs(g - p) <= Fraction(1, 10 ** 40) * max(abs(g), abs(p))
+
+
 def _parse(text: str) -> list[Any]:
     from math_verify import parse
 
@@ -84,7 +187,7 @@ class MathVerifier(Verifier):
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
         from math_verify import verify
 
-        gold = ground_truth(row, "answer")["answer"]
+        gold = scientific_to_latex(ground_truth(row, "answer")["answer"])
         gold_parsed = _parse(gold if gold.lstrip().startswith("$") else f"${gold}$")
         if not gold_parsed:
             return fail(f"gold answer {gold!r} does not parse", gold=gold)
@@ -92,13 +195,21 @@ class MathVerifier(Verifier):
             pred = last_boxed(answer)
             if pred is None:
                 return fail("last \\boxed{} is unterminated", gold=gold)
+            pred = scientific_to_latex(pred)
             parsed = _parse(f"${pred}$")
         else:
+            answer = scientific_to_latex(answer)
             pred, parsed = None, _parse(answer) or _parse(f"${answer.strip()}$")
         details = {"gold": gold, "extracted": pred if pred is not None else (parsed[-1] if parsed else None)}
         if not parsed:
             return fail("no answer found", **details)
-        if verify(gold_parsed, parsed, timeout_seconds=None):
+        gold_value = _value(gold_parsed[-1], gold_parsed[0])
+        pred_value = _value(str(details["extracted"]), parsed[0])
+        if gold_value is not None and pred_value is not None:
+            same = numbers_equal(gold_value, pred_value)
+        else:
+            same = verify(gold_parsed, parsed, timeout_seconds=None)
+        if same:
             return Verdict(1.0, True, "equivalent", details)
         return fail("not equivalent", **details)
 

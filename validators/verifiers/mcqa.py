@@ -10,6 +10,8 @@ Strict extraction (:func:`extract_choice`, the default) takes the LAST of these 
    upper-case and not followed by a letter or digit);
 4. the whole final answer being a single letter (``C``, ``(C)``, ``C.``).
 
+Several answers: the LAST one found counts (``Answer: A ... Answer: C`` is C), so listing every
+option, or several cues or boxes, earns exactly what its last choice alone earns, never more.
 Capitals elsewhere in prose (``Option A is a trap``, the pronoun ``I``, ``\\Delta``) are never
 picked; ``ANSWER: Difficult`` gives no letter. Lenient mode (``metadata.mcqa_lenient: true``)
 adds, only when strict finds nothing: the one option whose full text occurs in the answer

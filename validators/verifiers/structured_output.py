@@ -7,6 +7,14 @@ answer must be one JSON value that validates (``jsonschema``; formats not assert
 block (```` ```json ... ``` ```` or ```` ``` ... ``` ````, surrounding whitespace ignored) is
 unwrapped first; with ``"reject"`` a fence is a format error (reward 0). Any text around the JSON
 fails either way. Binary reward.
+
+Extra keys: every object schema that lists ``properties`` and says nothing of other keys (no
+``additionalProperties``, ``patternProperties`` or ``unevaluatedProperties``) is closed before
+validation (``additionalProperties: false``, the strict structured-output convention of OpenAI and
+vLLM), except inside ``allOf`` branches, where closing would reject the other branches' keys. So
+padding an object with every key that might be wanted earns nothing; ``metadata.allow_extra_keys:
+true`` validates against the schema as written. One answer only: a second JSON value after the
+first is not a single JSON value (reward 0).
 """
 
 from __future__ import annotations
@@ -19,6 +27,33 @@ from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth,
 
 FENCED = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\n(.*?)\n?```\s*\Z", re.S)
 FENCE_POLICIES = ("allow", "reject")
+
+
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMAS = ("items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames")
+_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def closed(schema: Any, in_all_of: bool = False) -> Any:
+    """A copy of ``schema`` with its objects closed (see the module doc); other values unchanged."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(s) for s in out[key]]
+    if isinstance(out.get("allOf"), list):
+        out["allOf"] = [closed(s, in_all_of=True) for s in out["allOf"]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: closed(s) for k, s in out[key].items()}
+    for key in _SUBSCHEMAS:
+        if key in out:
+            out[key] = closed(out[key])
+    if isinstance(out.get("properties"), dict) and not in_all_of and not any(k in out for k in _OPEN_KEYS):
+        out["additionalProperties"] = False
+    return out
 
 
 def _validator(schema: Any):
@@ -58,7 +93,10 @@ class StructuredOutputVerifier(Verifier):
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             return fail(f"not a single JSON value: {exc.msg} at char {exc.pos}")
-        errors = sorted(_validator(ground_truth(row, "schema")["schema"]).iter_errors(value), key=lambda e: e.path)
+        schema = ground_truth(row, "schema")["schema"]
+        if not metadata(row).get("allow_extra_keys"):
+            schema = closed(schema)
+        errors = sorted(_validator(schema).iter_errors(value), key=lambda e: e.path)
         if errors:
             where = "/".join(map(str, errors[0].absolute_path)) or "<root>"
             return fail(f"schema violation at {where}: {errors[0].message}", n_errors=len(errors))

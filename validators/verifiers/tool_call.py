@@ -22,7 +22,9 @@ the expected ones; every expected argument present unless ``""`` is among its ac
 an int is accepted for a float), strings after BFCL's normalisation (lower-case, without spaces
 and ``,./-_*^``), lists element-wise, nested objects key by key (BFCL gives each key a list of
 acceptable values). Parallel calls: the predicted calls must match the expected ones one to one,
-in any order. Binary reward.
+in any order. Binary reward. Several answers: every call in the final answer counts, so calling
+every tool (or one tool many times) fails a row that expects fewer calls, and a row that expects
+no call (irrelevance) fails any call.
 """
 
 from __future__ import annotations
