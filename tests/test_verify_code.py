@@ -138,8 +138,16 @@ def test_stdin_stdout_comparison_rules():
     assert not outputs_match(b"0.34\n", "0.33333333333")
     big = str(3 ** 200)
     assert outputs_match(big.encode(), big) and not outputs_match(str(3 ** 200 + 1).encode(), big)
+    huge = "9" * 16000 + "7"                                           # past int()'s 4,300-digit str limit
+    assert outputs_match(huge.encode(), huge) and not outputs_match(huge.encode(), huge[:-1] + "0")
+    assert outputs_match(b"007 +5 -0", "7 5 0")                         # integers by value
+    assert not outputs_match(b"1e400", "2e400")                         # no float overflow to inf == inf
+    assert outputs_match(b"1e400", "1.0000001e400") and outputs_match(b"1e-400", "0")
+    assert outputs_match(b"123456789.5", "123456789.6")                 # relative 1e-6 on large values
+    assert not outputs_match(b"nan", "0") and outputs_match(b"nan", "nan")
     assert not outputs_match(b"1e3", "1001") and outputs_match(b"1e3", "1000")
     assert outputs_match(b"a  b\n\n", "a b") and not outputs_match(b"a b c", "a b")
+    assert outputs_match(b"yes \r\n", "yes") and not outputs_match(b"Yes", "yes")
     byte_writer = "import sys\nsys.stdout.buffer.write(b'caf\\xc3\\xa9 ' + str(2**100).encode() + b'\\n')\n"
     res = run_tests(byte_writer, _stdio([{"stdin": "", "expected_stdout": f"café {2 ** 100}"}]), FAST)
     assert res.reward == 1.0
@@ -176,3 +184,21 @@ def test_fallback_isolations_still_limit_time_and_report_themselves(mode):
     hang = run_python({"a.py": "import time\ntime.sleep(30)"}, "a.py", limits=Limits(timeout_s=1), isolation_mode=mode)
     assert hang.status == "timeout" and hang.wall_s < 3
     assert sandbox_procs() == []
+
+
+def test_required_isolation_fails_loudly_and_killed_workers_leave_no_directory(monkeypatch, tmp_path):
+    from validators.verifiers import sandbox
+
+    monkeypatch.setattr(sandbox, "_probe", lambda: "rlimits")
+    monkeypatch.setenv(sandbox.REQUIRE_ENV, "rlimits")
+    with pytest.raises(sandbox.SandboxUnavailable, match="install bubblewrap"):
+        sandbox.require_from_params({"sandbox": {"require": "bwrap"}})
+    with pytest.raises(sandbox.SandboxUnavailable):
+        run_tests("def f(): pass", {"mode": "assert", "tests": ["assert f() is None"]}, FAST)
+    with pytest.raises(ValueError, match="params.yaml sandbox.require"):
+        sandbox.require_from_params({"sandbox": {"require": "chroot"}})
+    assert sandbox.require_from_params({"sandbox": {"require": "rlimits"}}) == "rlimits"
+    monkeypatch.setattr(sandbox.tempfile, "gettempdir", lambda: str(tmp_path))
+    for name in ("cascade-sbx-4242-a1", "cascade-sbx-4242-b2", "cascade-sbx-42-c3"):
+        (tmp_path / name).mkdir()
+    assert sandbox.sweep(4242) == 2 and sorted(os.listdir(tmp_path)) == ["cascade-sbx-42-c3"]

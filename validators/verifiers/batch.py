@@ -5,7 +5,8 @@ messages), so callers need no ``if __name__ == "__main__"`` guard and nothing of
 state is forked. Each worker imports the verifiers once, says it is ready, then
 grades one sample at a time; the parent hands out samples, waits on the pipes and, when a sample
 passes ``timeout_s`` (counted from hand-out), kills that worker (SIGKILL; code sandboxes die with
-it through bubblewrap's ``--die-with-parent``) and starts a fresh one. A sample that hangs
+it through bubblewrap's ``--die-with-parent``; the host directories of weaker isolations are swept)
+and starts a fresh one. A sample that hangs
 (math-verify on a pathological expression, a regex blow-up) or crashes its worker gets reward 0
 with the reason, and the batch goes on. This process-level limit is what makes math-verify's
 disabled ``signal.alarm`` timeouts safe (those only work in a main thread).
@@ -22,6 +23,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from validators.verifiers.registry import Verdict, fail, verify
+from validators.verifiers.sandbox import sweep
 
 READY = "ready"
 START_TIMEOUT_S = 120.0
@@ -87,6 +89,8 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if kill:  # its sandboxes' host directories (non-bubblewrap isolations): its finally blocks never ran
+            sweep(self.proc.pid)
         self.send.close()
         self.recv.close()
 
