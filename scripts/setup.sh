@@ -9,8 +9,8 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 export DVC_NO_ANALYTICS=1 DS_BUILD_OPS=0
 
-# The code verifier's sandbox uses bubblewrap when present (validators/verifiers/sandbox.py
-# falls back to unshare + rlimits and reports which isolation ran); non-root users go on without it.
+# The code verifiers need bubblewrap (params sandbox.require: bwrap; validators/verifiers/sandbox.py).
+# Installed here when we may (root); otherwise the steps that run generated code say what to do.
 command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || true
 
 stamp=".venv/.cascade-installed"

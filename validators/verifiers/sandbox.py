@@ -233,7 +233,9 @@ def _kill_group(pgid: int, wait_s: float) -> None:
 
 def _memfd(name: str, content: bytes) -> int:
     fd = os.memfd_create(name, 0)
-    os.write(fd, content) if len(content) < (1 << 16) else Path(f"/proc/self/fd/{fd}").write_bytes(content)
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view):]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
