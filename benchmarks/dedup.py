@@ -182,8 +182,8 @@ def decontamination_speed(ingested: Path, repeat: int = 9) -> dict:
     CPU seconds are the process's (all threads), so MB / CPU s is the throughput per core used.
     After one warm-up call (numba compiles or loads its cache) ``repeat`` calls are timed; the
     least and the median CPU time are kept (this VM's speed drifts by +-20 % over seconds)."""
+    from common.text import item_texts
     from curation.decontaminate import build_index, find_contamination
-    from curation.text import item_texts
 
     bench = pl.read_parquet(ingested / "benchmarks.parquet")
     c0, t0 = time.process_time(), time.perf_counter()
@@ -243,7 +243,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(ROOT))
-    from curation.text import row_text
+    from common.text import row_text
 
     work = Path(tempfile.mkdtemp(prefix="dedup-bench-"))
     frames = [pl.read_parquet(args.ingested / f"{k}.parquet").select(pl.col("uuid").alias("id"), row_text(k).alias("text"))

@@ -59,7 +59,7 @@ def reward(text: str) -> float:
 
 
 def ours(tok, model_dir: Path, work: Path, a) -> list[float]:
-    from curation.io import write_parquet
+    from common.io import write_parquet
     from stages.environment import FunctionEnvironment
     from stages.grpo import GRPOConfig, GRPOStage
     from tests.rows import rl_table

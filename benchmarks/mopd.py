@@ -32,7 +32,7 @@ from benchmarks.grpo import ASSET, PROMPTS, tiny_model
 
 
 def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, float]]:
-    from curation.io import write_parquet
+    from common.io import write_parquet
     from stages.environment import FunctionEnvironment
     from stages.mopd import MOPDConfig, MOPDStage
     from tests.rows import rl_table

@@ -40,7 +40,8 @@ def main() -> None:
     from stages.environment import load_rl_rows
     from stages.rollout import HFRolloutEngine, SamplingConfig
     from stages.solve import SolveConfig, solve
-    from stages.swe_agent import ScriptedPolicy, SWEEnvironment, run_episodes
+    from tests.swe_policies import ScriptedPolicy
+    from validators.swe.environment import SWEEnvironment, run_episodes
 
     params = yaml.safe_load(Path("params.yaml").read_text())
     with tempfile.TemporaryDirectory() as tmp:

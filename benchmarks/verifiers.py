@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.io import Rejects
 from corpora.registry import load_registry
 from curation.ingest import ingest_source, source_root
-from curation.io import Rejects
 
 SOURCES_CACHE = str(Path(__file__).resolve().parents[1] / "data" / "sources")
 Case = tuple[str, dict[str, Any]]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def real_rows(name: str, cache: str = SOURCES_CACHE) -> tuple[dict[str, Any], ...]:
     """The canonical rows of registry source ``name``, ingested from the fetched ``cache``."""
     spec = {s.name: s for s in load_registry()}[name]

@@ -25,8 +25,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from common.io import write_json
 from corpora.registry import ModelSpec, SourceSpec, package_dir
-from curation.io import write_json
 
 
 def _members(archive: Path) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from curation.text import md5_hex
+from common.text import md5_hex
 
 
 def rank_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:

@@ -18,10 +18,10 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from common.executor import Executor, gather, write_frames
+from common.io import read_parquet, write_parquet
 from corpora.schema import SCHEMAS
 from curation.decontaminate import NgramIndex, decontaminate, find_contamination
-from curation.executor import Executor, gather, write_frames
-from curation.io import read_parquet, write_parquet
 
 BATCH_ROWS = 2_000
 

@@ -2,7 +2,7 @@
 
 Index (built once per benchmark set, a DVC output): every word n-gram, for each
 n in ``decontaminate.ngrams`` (8 and 13 by default), of two fields of every
-``benchmark`` row: ``question`` (:func:`curation.text.item_texts`: the item's own
+``benchmark`` row: ``question`` (:func:`common.text.item_texts`: the item's own
 text without our instruction template) and ``answer`` (``ground_truth.answer``,
 else ``metadata.canonical_solution``). Questions shorter than the largest n are
 also indexed by the hash of their whole token sequence (exact-match fallback);
@@ -46,8 +46,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from common.io import write_json, write_parquet
+from common.text import item_texts
 from curation import ngram_kernels as kernels
-from curation.io import write_json, write_parquet
 from curation.ngrams import (
     TOKENIZER,
     Scratch,
@@ -59,7 +60,6 @@ from curation.ngrams import (
     window_hashes,
     window_sums,
 )
-from curation.text import item_texts
 
 CHUNK_BYTES = 8 << 20  # text bytes tokenized at a time: per-chunk overheads matter below a few MB
 

@@ -1,7 +1,7 @@
 """Deduplication step: exact duplicates, then near-duplicates (:mod:`curation.minhash`).
 
 Exact: two rows are duplicates when the md5 of their normalized text (see
-:mod:`curation.text`) is equal. The first row in the table's stable order
+:mod:`common.text`) is equal. The first row in the table's stable order
 (registry order of sources, then source order) is kept; every other copy is
 rejected with reason ``exact_duplicate: of <kept uuid>``.
 
@@ -12,7 +12,7 @@ an SFT row's user turns are removed as well. Rows of ``exempt_sources`` (seeded
 generators whose distinct problems share a long instruction template) get exact
 dedup only. :func:`run_dedup` streams the
 parquet row groups, so memory holds per-row hashes and signatures, not tables; its per-batch
-passes run on an executor (:mod:`curation.executor`: this process, or Ray Data).
+passes run on an executor (:mod:`common.executor`: this process, or Ray Data).
 """
 
 from __future__ import annotations
@@ -27,19 +27,13 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from common.executor import Executor, LocalExecutor, ParquetBatches
+from common.io import Rejects, atomic_path, finish_step, write_parquet
+from common.text import row_text, text_hashes, user_text
 from corpora.schema import SCHEMAS
-from curation.executor import Executor, LocalExecutor, ParquetBatches
-from curation.io import Rejects, atomic_path, finish_step, write_parquet
 from curation.minhash import MinHashConfig, cross_dedup, near_dedup
-from curation.text import md5_hex, normalize, row_text, user_text
 
 KINDS = ("sft", "rl")
-
-
-def text_hashes(df: pl.DataFrame, kind: str, normalized: bool = True) -> pl.Series:
-    """md5 hex digest of each row's (normalized) text, as a Utf8 series of ``len(df)``."""
-    text = row_text(kind)
-    return md5_hex(df.select((normalize(text) if normalized else text).alias("t"))["t"])
 
 
 def exact_duplicates(keys: pl.DataFrame) -> pl.DataFrame:
@@ -178,7 +172,7 @@ def _write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, reject
 
 
 def by_source_and_reason(counts: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
-    """``{source: {category: rows}}`` from :meth:`curation.io.Rejects.counts` (e.g. the rows one
+    """``{source: {category: rows}}`` from :meth:`common.io.Rejects.counts` (e.g. the rows one
     table lost as ``exact_duplicate`` / ``near_duplicate``)."""
     out: dict[str, dict[str, int]] = {}
     for (source, category), n in sorted(counts.items()):

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 from tqdm import tqdm
 
-from curation.io import write_parquet
+from common.io import write_parquet
 
 RESULT_SCHEMA = {"uuid": pl.Utf8, "pass_rate_total": pl.Int64, "pass_rate_passed": pl.Int64,
                  "responses": pl.List(pl.Utf8), "rewards": pl.List(pl.Float64), "reasons": pl.List(pl.Utf8)}
@@ -188,7 +188,7 @@ def histogram_png(rates: dict[str, list[float]], n: int, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from curation.io import atomic_path
+    from common.io import atomic_path
 
     fig, axes = plt.subplots(1, max(len(rates), 1), figsize=(3 * max(len(rates), 1), 2.6), squeeze=False)
     for ax, (name, values) in zip(axes[0], sorted(rates.items()), strict=False):

@@ -17,12 +17,12 @@ from typing import Any
 import pyarrow as pa
 from rich.progress import track
 
+from common.executor import Executor, LocalExecutor
+from common.io import Rejects, finish_step, write_parquet
 from corpora.adapters import get_adapter
 from corpora.readers import read_records
 from corpora.registry import SourceSpec, package_dir
 from corpora.schema import SCHEMAS, RecordError, row_uuid, validate_row
-from curation.executor import Executor, LocalExecutor
-from curation.io import Rejects, finish_step, write_parquet
 
 _JSON_FIELDS = ("tools", "ground_truth", "kwargs", "metadata")
 

@@ -35,13 +35,13 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
-from curation.executor import call_with, ordered_map
+from common.executor import call_with, ordered_map
+from common.text import md5_hex, normalize
 from curation.ngrams import TOKENIZER, Tokens, fmix64, tokenize, window_hashes
-from curation.text import md5_hex, normalize
 
 Batches = Callable[[], Iterable[pl.DataFrame]]
 """A re-iterable stream of frames with at least ``uuid`` and ``text`` (Utf8) columns; one with a
-``map`` method (:class:`curation.executor.ParquetBatches`) runs the per-batch passes on its executor."""
+``map`` method (:class:`common.executor.ParquetBatches`) runs the per-batch passes on its executor."""
 
 
 class DedupAlarm(RuntimeError):
@@ -176,7 +176,7 @@ def minhash(h: np.ndarray, offsets: np.ndarray, cfg: MinHashConfig) -> np.ndarra
 def map_batches(batches: Batches, fn: Callable[..., pl.DataFrame], workers: int = 1,
                 **shared: Any) -> Iterator[pl.DataFrame]:
     """``fn(frame, **shared)`` on every frame of ``batches``, in order: on the stream's executor
-    when it has one (:class:`curation.executor.ParquetBatches`, e.g. Ray Data), else on
+    when it has one (:class:`common.executor.ParquetBatches`, e.g. Ray Data), else on
     ``workers`` threads. ``fn`` must be a pure per-batch function returning a frame."""
     if hasattr(batches, "map"):
         return batches.map(fn, **shared)
@@ -399,7 +399,8 @@ def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta
     sets = {**shingle_sets(ref, cfg, wanted)[0], **shingle_sets(query, cfg, wanted)[0]}
     keys = pl.DataFrame({"k": short_keys, "i": np.arange(len(meta))}, schema={"k": pl.Utf8, "i": pl.Int64}).drop_nulls()
     exact = (keys.filter(pl.col("i") >= n_ref).join(keys.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
-             .select(pl.col("i_ref").alias("i"), pl.col("i").alias("j"), pl.lit(1.0).alias("jaccard"), pl.lit(True).alias("edge")))
+             .select(pl.col("i_ref").alias("i"), pl.col("i").alias("j"), pl.lit(1.0).alias("jaccard"),
+                     pl.lit(True).alias("edge")))
     checked = pl.concat([verify(pairs, sig.uuids, sets, cfg.threshold), exact])
     edges = checked.filter("edge")
     ids = np.asarray(sig.uuids, dtype=object)

@@ -1,6 +1,6 @@
 """Word tokens and hashed n-grams shared by near-dedup and decontamination.
 
-Tokens: the text is normalized as in :mod:`curation.text` (NFKC, lowercase)
+Tokens: the text is normalized as in :mod:`common.text` (NFKC, lowercase)
 and cut into maximal runs of word characters (``\\w``: letters, digits and
 ``_`` of any script); every CJK ideograph or kana is a token of its own, so
 unspaced Chinese or Japanese text still has n-grams. Punctuation, markup and
@@ -288,7 +288,8 @@ def tokenize_utf8(data: np.ndarray, offsets: np.ndarray, scratch: Scratch | None
     if len(lead) and bool((_FATE[cp] != _KEEP).any()):
         data, offsets, kind = _normalize(data, offsets, lead, cp, length, kind, alloc)
     bound = min(len(data), len(data) // 2 + len(offsets) + len(kind))  # separators between ASCII words
-    starts, ends, hashes = alloc("starts", bound, np.int64), alloc("ends", bound, np.int64), alloc("hashes", bound, np.uint64)
+    starts, ends = alloc("starts", bound, np.int64), alloc("ends", bound, np.int64)
+    hashes = alloc("hashes", bound, np.uint64)
     token_offsets = np.empty(len(offsets), np.int64)
     t = kernels.scan_tokens(data, offsets, kind, starts, ends, hashes, token_offsets)
     starts, ends, hashes = starts[:t], ends[:t], hashes[:t]

@@ -13,10 +13,10 @@ from typing import Any
 
 import polars as pl
 
+from common.io import Rejects, finish_step, read_parquet, write_json, write_parquet
+from common.text import md5_hex
 from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
-from curation.io import Rejects, finish_step, read_parquet, write_json, write_parquet
-from curation.text import md5_hex
 from validators.verifiers.sandbox import require_from_params as require_sandbox
 
 SOURCES = Path("data/sources")
@@ -66,7 +66,7 @@ def step_asset(params: dict[str, Any]) -> list[str]:
 
 def step_ingest(params: dict[str, Any]) -> dict[str, Any]:
     """Map every source's records into the canonical SFT/RL schemas (data/ingested)."""
-    from curation.executor import open_executor
+    from common.executor import open_executor
     from curation.ingest import run_ingest
 
     with open_executor(params) as ex:
@@ -75,8 +75,8 @@ def step_ingest(params: dict[str, Any]) -> dict[str, Any]:
 
 def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
     """Exact then near-duplicate removal (MinHash LSH, verified Jaccard)."""
+    from common.executor import open_executor
     from curation.dedup import run_dedup
-    from curation.executor import open_executor
 
     priority = {spec.name: i for i, spec in enumerate(_registry(params))}
     with open_executor(params) as ex:
@@ -94,9 +94,9 @@ def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
 
 def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
     """Remove training rows that share a non-boilerplate n-gram with a benchmark item."""
+    from common.executor import open_executor
     from curation.decontam_map import decontaminate_file
     from curation.decontaminate import read_index
-    from curation.executor import open_executor
 
     p = params["decontaminate"]
     index = read_index(DECONTAM_INDEX, p["ngrams"])
@@ -140,8 +140,8 @@ def step_validate(params: dict[str, Any]) -> dict[str, Any]:
 
 def step_build(params: dict[str, Any]) -> dict[str, Any]:
     """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits."""
+    from common.executor import gather, open_executor
     from curation.build import build_sets, rank_batch
-    from curation.executor import gather, open_executor
 
     seed = int(params["build"]["seed"])
     with open_executor(params) as ex:  # the seeded rank of each row is the map; the splits are global
@@ -270,7 +270,7 @@ def step_export(params: dict[str, Any]) -> dict[str, Any]:
 
     The license check is mapped over the set files on the executor (``release.license_reason``);
     sharding and writing run here."""
-    from curation.executor import gather, open_executor
+    from common.executor import gather, open_executor
     from curation.release import export_release, license_reason
 
     p = params["export"]
@@ -298,7 +298,7 @@ def step_export(params: dict[str, Any]) -> dict[str, Any]:
 
 def step_tokenize(params: dict[str, Any]) -> dict[str, Any]:
     """Render and tokenize the SFT sets with the chat template; assistant-only loss_mask."""
-    from curation.executor import open_executor
+    from common.executor import open_executor
     from packing.steps import run_tokenize
 
     with open_executor(params) as ex:
@@ -316,7 +316,8 @@ STEPS = {
     "fetch": step_fetch, "asset": step_asset, "ingest": step_ingest, "dedup": step_dedup,
     "decontam_index": step_decontam_index, "decontaminate": step_decontaminate,
     "validate": step_validate, "build": step_build,
-    "export": step_export, "difficulty": step_difficulty, "synthesize": step_synthesize, "tokenize": step_tokenize, "pack": step_pack,
+    "export": step_export, "difficulty": step_difficulty, "synthesize": step_synthesize, "tokenize": step_tokenize,
+    "pack": step_pack,
 }
 ORDER = ["ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
 TIMINGS = Path("logs/timings.json")

@@ -24,9 +24,9 @@ from typing import Any
 import polars as pl
 import yaml
 
+from common.io import write_parquet
 from corpora.registry import COMMERCIAL_LICENSES, SourceSpec
 from corpora.schema import SCHEMAS
-from curation.io import write_parquet
 
 #: What ``datasets`` accepts as a split name (``datasets.splits`` uses the same rule).
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")

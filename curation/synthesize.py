@@ -23,28 +23,13 @@ from typing import Any
 
 import polars as pl
 
+from common.answers import split_reasoning
+from common.io import Rejects
 from corpora.schema import SCHEMAS, row_uuid, validate_row
-from curation.io import Rejects
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 #: RL domain of a prompt -> SFT domain of the synthesized conversation.
 SFT_DOMAIN = {"math": "math", "code": "code", "instruction_following": "instruction_following",
               "stem_mcqa": "science", "tool_calling": "conversational_agent", "rlhf": "chat"}
-
-
-def split_reasoning(response: str) -> tuple[str | None, str] | None:
-    """``(reasoning, answer)`` of a response; ``None`` when a ``<think>`` block never closes.
-
-    The reasoning is the text inside the last closed think block (``None`` when
-    there is none); the answer is what follows it, stripped.
-    """
-    if THINK_CLOSE in response:
-        head, answer = response.rsplit(THINK_CLOSE, 1)
-        return head.rsplit(THINK_OPEN, 1)[-1].strip() or None, answer.strip()
-    if THINK_OPEN in response:
-        return None
-    return None, response.strip()
 
 
 def format_filter(response: str, min_chars: int, max_chars: int) -> tuple[bool, str]:
@@ -54,7 +39,7 @@ def format_filter(response: str, min_chars: int, max_chars: int) -> tuple[bool, 
     parts = split_reasoning(response)
     if parts is None:
         return False, "unclosed_think"
-    answer = parts[1]
+    answer = parts[1].strip()
     if not min_chars <= len(answer) <= max_chars:
         return False, f"length: {len(answer)} chars"
     lines = [ln.strip() for ln in answer.splitlines() if ln.strip()]
@@ -97,13 +82,13 @@ def select_verified(prompts: pl.DataFrame, results: pl.DataFrame, m: int, teache
             if reward < 1.0:
                 drop(prompt, i, reason, text)
                 continue
-            if parts is None or not parts[1]:
+            if parts is None or not parts[1].strip():
                 drop(prompt, i, "unclosed_think" if parts is None else "empty_answer", text)
                 continue
             if kept >= m:
                 drop(prompt, i, f"over_m: {m} responses kept already", text)
                 continue
-            reasoning, answer = parts
+            reasoning, answer = parts[0], parts[1].strip()
             msgs = [{"role": x["role"], "content": x["content"]} for x in prompt["responses_create_params"]["input"]]
             msgs.append({"role": "assistant", "content": answer, "reasoning_content": reasoning})
             rows.append(validate_row("sft", {

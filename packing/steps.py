@@ -22,8 +22,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from curation.executor import Executor, LocalExecutor, write_frames
-from curation.io import Rejects, atomic_path, finish_step, read_parquet
+from common.executor import Executor, LocalExecutor, write_frames
+from common.io import Rejects, atomic_path, finish_step, read_parquet
 from packing.overflow import POLICIES, OverflowStats, apply_overflow
 from packing.plan import plan_packs
 from packing.tokenize import ChatTokenizer, TemplateError, TokenizedDoc
@@ -138,7 +138,7 @@ def run_tokenize(p: dict[str, Any], sets: Path, out_dir: Path, root: Path = Path
 
     :func:`tokenize_batch` is mapped over ``batch_rows``-row batches of each split on ``executor``
     (default: in this process); the driver writes the documents in row order
-    (:func:`curation.executor.write_frames`), the rejects and the metrics, the same bytes on
+    (:func:`common.executor.write_frames`), the rejects and the metrics, the same bytes on
     every executor.
     """
     ex = executor or LocalExecutor()

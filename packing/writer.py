@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.io import atomic_path
+from common.io import atomic_path
 from packing.plan import PackPlan
 
 IGNORE_INDEX = -100

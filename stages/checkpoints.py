@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from curation.io import write_json
+from common.io import write_json
 
 RECORD = "cascade_checkpoint.json"
 

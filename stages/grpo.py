@@ -188,7 +188,8 @@ class GRPOStage:
         self.cfg = config
         self.environment = environment
 
-    def _train_rows(self, datasets: list[Path], builder: PromptBuilder) -> tuple[list[tuple[dict, list[int]]], dict[str, int]]:
+    def _train_rows(self, datasets: list[Path], builder: PromptBuilder
+                    ) -> tuple[list[tuple[dict, list[int]]], dict[str, int]]:
         items, dropped = [], {"prompt_too_long": 0}
         for ds in datasets:
             for row in load_rl_rows(ds, "train", limit=self.cfg.max_rows_per_dataset):

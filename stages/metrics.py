@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from curation.io import atomic_path
+from common.io import atomic_path
 
 
 class MetricsLog:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import torch
 from pydantic import Field, field_validator
 
-from curation.io import write_json
+from common.io import write_json
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
 from stages.environment import PromptBuilder, make_environment

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from curation.io import atomic_path, write_json
+from common.io import atomic_path, write_json
 from stages.checkpoints import read_record
 
 REPORT_JSON = Path("metrics/cascade_report.json")

@@ -21,7 +21,7 @@ from typing import Any, Self
 import torch
 from tqdm import tqdm
 
-from curation.io import write_json
+from common.io import write_json
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import load_checkpoint, write_record
 from stages.metrics import MetricsLog

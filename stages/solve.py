@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from curation.io import write_json
+from common.answers import row_json
+from common.io import write_json
 
 GENERIC_FEEDBACK = "Your answer is not correct. Check your reasoning and give a corrected final answer."
 
@@ -74,7 +75,7 @@ def resolve_checkpoint(name: str | Path, root: str | Path = "data/checkpoints") 
 def public_row(row: dict[str, Any]) -> dict[str, Any] | None:
     """The row restricted to its public test (MBPP ``assert`` mode: the first test, shown in the
     prompt); None when the row has no public test."""
-    gt = json.loads(row["ground_truth"]) if isinstance(row["ground_truth"], str) else row["ground_truth"]
+    gt = row_json(row, "ground_truth")
     if row.get("agent_ref") != "code" or gt.get("mode") != "assert" or not gt.get("tests"):
         return None
     out = copy.deepcopy(row)
@@ -87,7 +88,7 @@ def feedback_text(verdict: Any, row: dict[str, Any], limit: int) -> str:
     the first failing test's code (``assert`` rows) and its error."""
     tests = (verdict.details or {}).get("tests") or []
     bad = next((t for t in tests if not t.get("passed")), None) or {}
-    gt = json.loads(row["ground_truth"]) if isinstance(row["ground_truth"], str) else row["ground_truth"]
+    gt = row_json(row, "ground_truth")
     code = gt["tests"][bad["test"]] if gt.get("mode") == "assert" and isinstance(bad.get("test"), int) else ""
     err = bad.get("error") or bad.get("stderr") or ""
     text = f"Your solution is wrong ({verdict.reason})." + (f"\nFailing test: {code}" if code else "") + \

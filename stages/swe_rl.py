@@ -3,9 +3,9 @@
 Per optimizer step:
   1. take ``prompts_per_step`` SWE tasks (seeded shuffle of the stage's task sets, cycled);
   2. run ``group_size`` episodes per task with the current policy
-     (:class:`stages.swe_agent.ModelPolicy` over the rollout engine, tools in the sandbox);
+     (:class:`stages.swe_policy.ModelPolicy` over the rollout engine, tools in the sandbox);
   3. reward 1 iff every FAIL_TO_PASS and PASS_TO_PASS test passes after the episode
-     (:meth:`stages.swe_agent.SWEEnvironment.grade`);
+     (:meth:`validators.swe.environment.SWEEnvironment.grade`);
   4. group advantages, dynamic filtering and context-truncation masking as in :mod:`stages.grpo`;
   5. the policy-gradient loss over the episode's tokens where ``loss_mask`` is 1 (the model's own
      sampled tokens; rendered tool outputs and chat markup are masked), normalized by those
@@ -41,10 +41,10 @@ from stages.grpo import (
 )
 from stages.rollout import Rollouts, make_rollout_engine
 from stages.runtime import StageRun
-from stages.swe_agent import (
+from stages.swe_policy import ModelPolicy
+from validators.swe.environment import (
     AgentConfig,
     EpisodeResult,
-    ModelPolicy,
     SWEEnvironment,
     run_episodes,
 )
@@ -148,7 +148,8 @@ class SWERLStage:
                 ro, masks = episode_rollouts(results, cfg.group_size)
                 adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
                 indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg)
-                stats = {**{k: v for k, v in summarize(results).items() if k != "rows"}, "reward_mean": float(rewards.mean()),
+                stats = {**{k: v for k, v in summarize(results).items() if k != "rows"},
+                         "reward_mean": float(rewards.mean()),
                          "model_tokens": sum(map(sum, masks)) / len(masks),
                          "episode_tokens": sum(map(len, ro.response_ids)) / len(ro), **filt,
                          "trained_samples": float(len(indices))}

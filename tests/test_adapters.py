@@ -15,11 +15,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from common.io import Rejects
 from corpora.adapters import get_adapter
 from corpora.registry import SourceSpec, load_registry
 from corpora.schema import SCHEMAS, RecordError
 from curation.ingest import finalize_row, ingest_source, source_root
-from curation.io import Rejects
 from tests.handed import handed_case
 
 #: source -> (records_in, rows_out, {reject reason prefix: count})

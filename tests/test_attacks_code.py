@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.attacks import HONEST_ADD, POLY_HONEST, POLY_SPEC, SPECS, code_attacks, code_row
+from benchmarks.attacks import (
+    HONEST_ADD,
+    POLY_HONEST,
+    POLY_SPEC,
+    SPECS,
+    code_attacks,
+    code_row,
+)
 from tests.procs import sandbox_procs, temp_entries
 from validators.verifiers import verify, verify_batch
 from validators.verifiers.code import run_tests

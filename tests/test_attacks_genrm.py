@@ -9,10 +9,10 @@ import re
 
 import pytest
 
+from benchmarks.attacks import HONEST_RLHF, INJECTIONS
 from stages.checkpoints import load_checkpoint
 from stages.environment import GenRMEnvironment
 from stages.rollout import HFRolloutEngine, Rollouts, SamplingConfig
-from benchmarks.attacks import HONEST_RLHF, INJECTIONS
 from tests.tiny_lm import smollm2_tokenizer
 from validators.verifiers.genrm import addresses_judge, screen
 

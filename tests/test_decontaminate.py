@@ -5,6 +5,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from common.text import item_texts
 from curation.decontaminate import (
     _find,
     build_index,
@@ -13,7 +14,6 @@ from curation.decontaminate import (
     read_index,
     write_index,
 )
-from curation.text import item_texts
 from tests.rows import rl_table, sft_table
 
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -129,7 +129,8 @@ def test_unicode_questions_match_only_themselves():
     cjk = "小明有三个苹果他又买了五个苹果现在他一共有多少个苹果"
     bench = _bench([cjk, "Сколько будет два плюс два если считать очень внимательно и медленно"], source="u")
     train = sft_table(["请回答：" + cjk, "小红有三个梨子她又买了五个梨子现在她一共有多少个梨子",
-                       "СКОЛЬКО БУДЕТ ДВА ПЛЮС ДВА, если считать очень внимательно", "Сколько стоит хлеб сегодня утром в магазине"])
+                       "СКОЛЬКО БУДЕТ ДВА ПЛЮС ДВА, если считать очень внимательно",
+                       "Сколько стоит хлеб сегодня утром в магазине"])
     _, dirty, _, _ = decontaminate(train, "sft", build_index(bench, [8]), 50)
     assert dirty["uuid"].to_list() == ["s0", "s2"]
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from curation.io import write_parquet
+from common.io import write_parquet
 from stages.checkpoints import CheckpointRegistry, read_record
 from stages.grpo import (
     GRPOConfig,

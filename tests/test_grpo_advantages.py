@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from stages.advantages import get_advantage, grpo_advantages, informative_groups, leave_one_out_advantages
+from stages.advantages import (
+    get_advantage,
+    grpo_advantages,
+    informative_groups,
+    leave_one_out_advantages,
+)
 from tests.handed import handed_case
 
 

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from common.io import Rejects
 from corpora.registry import SourceSpec, load_registry
 from corpora.schema import SCHEMAS
 from curation.ingest import ingest_source
-from curation.io import Rejects
 
 WEATHER_ARGS = '{"city": "Paris", "units": "celsius"}'
 TOOLS = [

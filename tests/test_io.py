@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation import io
-from curation.io import REJECT_SCHEMA, Rejects, write_parquet
+from common import io
+from common.io import REJECT_SCHEMA, Rejects, write_parquet
 
 
 def _fill(rejects: Rejects, n: int) -> None:

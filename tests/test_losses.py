@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from stages.losses import aggregate, get_loss, kl_k3, policy_gradient_loss, sft_loss, sft_target_mask
+from stages.losses import (
+    aggregate,
+    get_loss,
+    kl_k3,
+    policy_gradient_loss,
+    sft_loss,
+    sft_target_mask,
+)
 from tests.handed import handed_case
 
 

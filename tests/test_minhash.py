@@ -196,7 +196,8 @@ def test_run_dedup_streams_files_and_counts_balance(tmp_path):
     m = run_dedup(params, {"train_src": 0, "train": 1}, src, tmp_path / "out", tmp_path / "sig", root=tmp_path)
     assert (m["rows_in"], m["rows_out"], m["rejected_by_reason"]) == (6, 3, {"exact_duplicate": 1, "near_duplicate": 2})
     assert pq.read_table(tmp_path / "out" / "sft.parquet")["uuid"].to_pylist() == ["s0", "s3"]
-    reasons = dict(zip(*pq.read_table(tmp_path / "rejects" / "dedup.parquet", columns=["record_id", "reason"]).to_pydict().values()))
+    rejects = pq.read_table(tmp_path / "rejects" / "dedup.parquet", columns=["record_id", "reason"]).to_pydict()
+    reasons = dict(zip(*rejects.values()))
     assert reasons == {"s2": "exact_duplicate: of s0", "s1": f"near_duplicate: of s0 J={round(71 / 81, 2)}",
                        "b1": f"near_duplicate: of b0 J={round(71 / 81, 2)}"}
     meta = pq.read_schema(tmp_path / "sig" / "sft.parquet").metadata

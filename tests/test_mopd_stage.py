@@ -6,7 +6,7 @@ import csv
 import pytest
 import torch
 
-from curation.io import write_parquet
+from common.io import write_parquet
 from stages.checkpoints import read_record, write_record
 from stages.mopd import MOPDConfig, MOPDStage, TeacherPool, resolve_teachers
 from tests.rows import rl_table

@@ -13,14 +13,14 @@ import pytest
 import ray
 import yaml
 
+from common.executor import LocalExecutor, from_params, open_executor, write_frames
+from common.io import write_parquet
+from common.ray_exec import RayExecutor
 from corpora.registry import load_registry
 from corpora.schema import SCHEMAS
 from curation.dedup import run_dedup
-from curation.executor import LocalExecutor, from_params, open_executor, write_frames
 from curation.ingest import run_ingest
-from curation.io import write_parquet
 from curation.pipeline import run_step
-from curation.ray_exec import RayExecutor
 from tests.handed import handed_case
 from tests.rows import rl_table, sft_table
 

@@ -6,8 +6,8 @@ import json
 import pytest
 import yaml
 
+from common.io import write_parquet
 from curation.cli import main as cascade_main
-from curation.io import write_parquet
 from stages.checkpoints import read_record, write_record
 from stages.cli import train
 from stages.report import build_report

@@ -5,12 +5,18 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from common.io import Rejects
 from corpora.registry import SourceSpec, load_registry
+from corpora.rl.if_constraints import (
+    CONFLICTS,
+    EXCLUSIVE,
+    INSTRUCTIONS,
+    compatible,
+    compose,
+)
+from corpora.rl.long_context import fill_haystack, make_task
 from curation.build import draw_mix
 from curation.ingest import ingest_source
-from curation.io import Rejects
-from curation.rl.if_constraints import CONFLICTS, EXCLUSIVE, INSTRUCTIONS, compatible, compose
-from curation.rl.long_context import fill_haystack, make_task
 from tests.rows import rl_table
 
 

@@ -6,11 +6,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from curation.io import write_parquet
+from common.io import write_parquet
 from stages.base import build_runner, get_runner
-from stages.checkpoints import CheckpointRegistry, dataset_hash, read_record, write_record
+from stages.checkpoints import (
+    CheckpointRegistry,
+    dataset_hash,
+    read_record,
+    write_record,
+)
 from stages.cli import stage_settings
-from stages.environment import GenRMEnvironment, PromptBuilder, PromptTooLong, VerifierEnvironment
+from stages.environment import (
+    GenRMEnvironment,
+    PromptBuilder,
+    PromptTooLong,
+    VerifierEnvironment,
+)
 from stages.grpo import GRPOStage
 from stages.rollout import Rollouts
 from stages.sft import SFTStage

@@ -12,13 +12,8 @@ from corpora.adapters import get_adapter
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
 from curation.ingest import finalize_row
-from stages.swe_agent import (
-    AgentConfig,
-    ScriptedPolicy,
-    SWEEnvironment,
-    run_episodes,
-    tool_call,
-)
+from tests.swe_policies import ScriptedPolicy, tool_call
+from validators.swe.environment import AgentConfig, SWEEnvironment, run_episodes
 
 SPEC = SourceSpec(name="swe_gym", kind="hf", path="SWE-Gym/SWE-Gym", format="hf", adapter="swe_gym", output="rl",
                   domain="swe", role="train", license="MIT")
@@ -66,7 +61,8 @@ def test_hub_row_runs_from_a_git_mirror_with_its_test_patch(tmp_path):
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "__init__.py").write_text("def double(x):\n    return x + x + 1\n")
     (src / "tests").mkdir()
-    (src / "tests" / "test_pkg.py").write_text("from pkg import double\n\ndef test_zero():\n    assert double(0) in (0, 1)\n")
+    (src / "tests" / "test_pkg.py").write_text(
+        "from pkg import double\n\ndef test_zero():\n    assert double(0) in (0, 1)\n")
     _git(src, "init", "-q")
     _git(src, "add", ".")
     _git(src, "commit", "-qm", "base")

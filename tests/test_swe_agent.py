@@ -8,19 +8,17 @@ import time
 
 import pytest
 
-from curation.swe.workspace import run_tests
-from stages.swe_agent import (
+from stages.swe_policy import ModelPolicy
+from tests.handed import handed_case
+from tests.swe_policies import ScriptedPolicy, oracle_edit, tool_call
+from tests.swe_rows import build_set
+from validators.swe.environment import (
     AgentConfig,
-    ModelPolicy,
-    ScriptedPolicy,
     SWEEnvironment,
     Trajectory,
-    oracle_edit,
     run_episodes,
-    tool_call,
 )
-from tests.handed import handed_case
-from tests.swe_rows import build_set
+from validators.swe.workspace import run_tests
 
 
 @pytest.fixture(scope="module")

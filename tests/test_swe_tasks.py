@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from curation.io import Rejects
+from common.io import Rejects
 from curation.swe.mutate import KINDS, mutants
 from curation.swe.repos import (
     humaneval_repo,
@@ -19,8 +19,8 @@ from curation.swe.repos import (
     package_repo,
 )
 from curation.swe.tasks import build_repo_tasks, gold_patch, problem_statement
-from curation.swe.workspace import copy_repo, parse_pytest_summary, run_tests, tempdir
 from tests.swe_rows import mbpp_rows
+from validators.swe.workspace import copy_repo, parse_pytest_summary, run_tests, tempdir
 
 SRC = '''def f(xs, n):
     """Sum of doubled items below n."""
@@ -99,7 +99,8 @@ def test_baseline_failure_and_equivalent_mutants_are_rejected_with_reasons(tmp_p
     assert rows == [] and rejects.by_reason() == {"baseline_fails": 1}
     # a module-level constant nothing reads: its off-by-one mutant is equivalent, the others are noticed
     repo = mbpp_repo(problem, solution)
-    repo.files["solution.py"] = "LIMIT = 0\n\ndef remove_Occ(s, ch):\n    return s.replace(ch, '', 1)[::-1].replace(ch, '', 1)[::-1]\n"
+    repo.files["solution.py"] = ("LIMIT = 0\n\ndef remove_Occ(s, ch):\n"
+                                 "    return s.replace(ch, '', 1)[::-1].replace(ch, '', 1)[::-1]\n")
     rejects = Rejects("swe_tasks")
     rows, stats = build_repo_tasks(repo, {"mutants_per_repo": 10, "tasks_per_repo": 10}, random.Random(0), rejects,
                                    tmp_path / "repos2")

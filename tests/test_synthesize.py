@@ -2,17 +2,18 @@ import json
 
 import pytest
 
+from common.answers import split_reasoning
+from common.io import Rejects
 from curation.difficulty import Verdictish, measure, policy_sampler
-from curation.io import Rejects
-from curation.synthesize import format_filter, select_verified, split_reasoning
+from curation.synthesize import format_filter, select_verified
 from tests.rows import rl_table
 
 
 @pytest.mark.parametrize("response, expected", [
-    ("<think>add 2 and 2</think>\nThe answer is 4.", ("add 2 and 2", "The answer is 4.")),
+    ("<think>add 2 and 2</think>\nThe answer is 4.", ("add 2 and 2", "\nThe answer is 4.")),
     ("The answer is 4.", (None, "The answer is 4.")),
     ("<think>still thinking", None),
-    ("<think>a</think>x<think>b</think> final", ("b", "final")),
+    ("<think>a</think>x<think>b</think> final", ("b", " final")),
 ])
 def test_split_reasoning(response, expected):
     assert split_reasoning(response) == expected

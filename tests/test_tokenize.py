@@ -29,9 +29,9 @@ def qwen3(qwen3_tokenizer_dir):
 @pytest.fixture(scope="module")
 def real_rows(sources_cache):
     """Canonical SFT rows of real sources: FastChat conversations (multi-turn), ToolTalk (tool calls), ShareGPT."""
+    from common.io import Rejects
     from corpora.registry import load_registry
     from curation.ingest import ingest_source, source_root
-    from curation.io import Rejects
 
     specs = {s.name: s for s in load_registry(only=["fastchat_conversations", "tooltalk_conversations", "sharegpt"])}
     return {name: ingest_source(spec, source_root(spec, sources_cache), Rejects("t")).rows

@@ -79,7 +79,8 @@ def test_code_05_solution_cannot_fake_passing_tests():
 
 ADVERSARIAL = {
     "infinite_loop": "while True:\n    pass\n",
-    "swallows_interrupts": "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass\n",
+    "swallows_interrupts": ("import time\nwhile True:\n    try:\n        time.sleep(10)\n"
+                            "    except BaseException:\n        pass\n"),
     "memory_bomb": "x = []\nwhile True:\n    x.append(bytearray(50 << 20))\n",
     "stdout_flood": "while True:\n    print('A' * 10000)\n",
     "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"),

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from common.answers import last_boxed
 from tests.handed import handed_case
 from validators.verifiers import check_row, verify
-from validators.verifiers.math import last_boxed
 
 
 def _row(answer: str) -> dict:

@@ -8,8 +8,20 @@ import time
 import pytest
 
 from tests.handed import handed_case
-from validators.verifiers import Verdict, check_row, get_verifier, pass_at_k, verify, verify_batch
-from validators.verifiers.genrm import GenRMParseError, group_rewards, pair_indices, parse_judgement
+from validators.verifiers import (
+    Verdict,
+    check_row,
+    get_verifier,
+    pass_at_k,
+    verify,
+    verify_batch,
+)
+from validators.verifiers.genrm import (
+    GenRMParseError,
+    group_rewards,
+    pair_indices,
+    parse_judgement,
+)
 
 
 def test_filter_01_pass_at_k_is_unbiased_and_never_one_without_a_pass():

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.verifiers import SOURCES_CACHE, bfcl_response, humaneval_cases, math500_cases, mbpp_cases, real_rows
+from benchmarks.verifiers import (
+    SOURCES_CACHE,
+    bfcl_response,
+    humaneval_cases,
+    math500_cases,
+    mbpp_cases,
+    real_rows,
+)
 from validators.verifiers import check_row, verify, verify_batch
 
 

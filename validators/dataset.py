@@ -14,9 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from common.text import messages_column, text_hashes
 from corpora.schema import RL_DOMAINS, SFT_DOMAINS
-from curation.dedup import text_hashes
-from curation.text import messages_column
 
 
 def profile(df: pl.DataFrame, kind: str) -> pl.DataFrame:

@@ -17,9 +17,9 @@ from typing import Any
 from corpora.adapters import adapter
 from corpora.adapters._common import user
 from corpora.registry import SourceSpec
+from corpora.rl.if_constraints import INSTRUCTIONS, compose
+from corpora.rl.long_context import fill_haystack, make_task
 from corpora.schema import RecordError, row_uuid
-from curation.rl.if_constraints import INSTRUCTIONS, compose
-from curation.rl.long_context import fill_haystack, make_task
 
 
 def _rank(rows: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:

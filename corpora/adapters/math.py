@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from common.answers import last_boxed
 from corpora.adapters import adapter
 from corpora.adapters._common import jsonable, require, text, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
-from validators.verifiers.math import last_boxed
 
 #: The instruction NVIDIA's math RL prompts carry (OpenMathReasoning / Nemotron convention).
 BOXED_INSTRUCTION = "Solve the following math problem. Make sure to put the answer (and only answer) inside \\boxed{}."

@@ -5,7 +5,7 @@ from (R2E-Gym: ``commit_hash``), the issue ``problem_statement``, and the tests 
 reward: ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` (lists, or JSON strings of lists as SWE-bench ships
 them). ``patch`` (the gold fix) and ``test_patch`` (the tests applied before grading) are kept
 when present. The row's prompt is the agent's system prompt and the issue, with the agent's tools
-(:mod:`stages.swe_agent`); ``ground_truth`` holds what :class:`stages.swe_agent.SWEEnvironment`
+(:mod:`corpora.swe_tools`); ``ground_truth`` holds what :class:`validators.swe.environment.SWEEnvironment`
 needs. Fields without a column (``version``, ``created_at``, ``hints_text``...) go to ``metadata``.
 """
 
@@ -47,7 +47,7 @@ def swe_gym(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]
         RecordError: a missing ``repo`` / ``base_commit`` / ``instance_id`` / ``problem_statement``,
             test lists that are not lists of strings, or no FAIL_TO_PASS test (nothing to fix).
     """
-    from stages.swe_agent import SYSTEM_PROMPT, TOOLS
+    from corpora.swe_tools import SYSTEM_PROMPT, TOOLS
 
     if not isinstance(raw, dict):
         raise RecordError(f"<record>: expected an object, got {type(raw).__name__}")

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from corpora.adapters import adapter
-from corpora.adapters._common import json_value, map_role, require, text, trim_trailing_user
+from corpora.adapters._common import (
+    json_value,
+    map_role,
+    require,
+    text,
+    trim_trailing_user,
+)
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
 

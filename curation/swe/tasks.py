@@ -34,8 +34,8 @@ from typing import Any
 
 import polars as pl
 
+from common.io import Rejects, finish_step, write_parquet
 from corpora.schema import SCHEMAS, row_uuid, validate_row
-from curation.io import Rejects, finish_step, write_parquet
 from curation.swe.mutate import Mutant, mutants
 from curation.swe.repos import (
     Repo,
@@ -44,7 +44,7 @@ from curation.swe.repos import (
     mbpp_repo,
     package_repo,
 )
-from curation.swe.workspace import TestRun, copy_repo, run_tests, tempdir
+from validators.swe.workspace import TestRun, copy_repo, run_tests, tempdir
 
 STATEMENT_CHARS = 2500
 _SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$", re.MULTILINE)
@@ -160,7 +160,7 @@ def task_row(repo: Repo, path: str, mutant: Mutant, fail_to_pass: list[str], pas
     """The canonical RL row of one task (validated against ``corpora.schema.RLRow``)."""
     import json
 
-    from stages.swe_agent import SYSTEM_PROMPT, TOOLS
+    from corpora.swe_tools import SYSTEM_PROMPT, TOOLS
 
     instance_id = f"{repo.name}__{path.replace('/', '.')}__L{mutant.line}_{mutant.kind}"
     gt = {"instance_id": instance_id, "repo": repo.name, "snapshot": f"repos/{repo.name}",
@@ -221,7 +221,7 @@ def run_swe_tasks(cfg: dict[str, Any], registry: str | Path, ingested: Path, out
         FileNotFoundError: a missing ingested table (names the step that writes it).
         ValueError: ``cfg.repositories`` names a repository the registry does not have.
     """
-    from curation.io import read_parquet
+    from common.io import read_parquet
 
     rejects = Rejects("swe_tasks")
     rl = pl.from_arrow(read_parquet(ingested / "rl.parquet"))

@@ -15,6 +15,7 @@ A registry keyed by the RL row's ``agent_ref`` (:mod:`.registry`); one module pe
 1.0
 """
 
+from common.answers import final_answer
 from validators.verifiers import (  # noqa: F401  (each module registers its verifiers)
     code,
     genrm,
@@ -32,7 +33,6 @@ from validators.verifiers.registry import (
     Verdict,
     Verifier,
     check_row,
-    final_answer,
     get_verifier,
     register_verifier,
     verify,

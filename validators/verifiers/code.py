@@ -42,10 +42,17 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, register_verifier
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    fail,
+    ground_truth,
+    register_verifier,
+)
 from validators.verifiers.sandbox import Limits, Program, run_group
 
 DEFAULT_TIMEOUT_S = 6.0
+DEFAULT_LIMITS = Limits(timeout_s=DEFAULT_TIMEOUT_S)
 SHIPPED = {name: Path(__file__).with_name(name).read_text(encoding="utf-8")
            for name in ("code_wire.py", "code_server.py", "code_grader.py")}
 MODES = {"assert": ("tests",), "check_candidate": ("test", "entry_point"),
@@ -184,7 +191,7 @@ def _graded(code: str, spec: dict[str, Any], limits: Limits) -> CodeResult:
     return CodeResult(False, status, sol.isolation, records)
 
 
-def run_tests(code: str, spec: dict[str, Any], limits: Limits = Limits(timeout_s=DEFAULT_TIMEOUT_S)) -> CodeResult:
+def run_tests(code: str, spec: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> CodeResult:
     """Run program ``code`` against the tests of ``spec`` (a code ``ground_truth``, see the module
     doc); a run whose sandbox did not start is tried once more after 0.5 s.
 
@@ -197,7 +204,7 @@ def run_tests(code: str, spec: dict[str, Any], limits: Limits = Limits(timeout_s
     if mode == "check_candidate":
         imports = [ln for ln in spec.get("prompt", "").splitlines() if re.match(r"(from\s+\S+\s+)?import\s", ln)]
         code = "\n".join(imports + [code])
-    for attempt in range(2):
+    for _ in range(2):
         res = _stdin_stdout(code, spec["tests"], limits) if mode == "stdin_stdout" else _graded(code, spec, limits)
         if res.status != "sandbox_error":
             break

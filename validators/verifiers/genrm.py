@@ -41,7 +41,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from validators.verifiers.registry import Verifier, final_answer, register_verifier
+from common.answers import final_answer
+from validators.verifiers.registry import Verifier, register_verifier
 
 STRATEGIES = ("circular", "all_pairs")
 _SECTION = r"\[The Begin of {name}\](.*?)\[The End of {name}\]"

@@ -23,7 +23,12 @@ import string
 import unicodedata
 from collections import Counter
 
-from validators.verifiers.ifeval import count_words, instruction, split_sentences, tokens
+from validators.verifiers.ifeval import (
+    count_words,
+    instruction,
+    split_sentences,
+    tokens,
+)
 
 PUNCT = string.punctuation
 PERSON_NAMES = ("Emma Liam Sophia Jackson Olivia Noah Ava Lucas Isabella Mason Mia Ethan Charlotte Alexander "

@@ -35,7 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from validators.verifiers.registry import Verdict, Verifier, fail, metadata, register_verifier, row_json
+from common.answers import row_json
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    fail,
+    metadata,
+    register_verifier,
+)
 
 RELATIONS = ("less than", "at least")
 

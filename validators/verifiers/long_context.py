@@ -16,8 +16,14 @@ import string
 import unicodedata
 from typing import Any
 
-from validators.verifiers.math import last_boxed
-from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, register_verifier
+from common.answers import last_boxed
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    fail,
+    ground_truth,
+    register_verifier,
+)
 
 
 def normalize_answer(text: str) -> str:

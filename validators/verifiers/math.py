@@ -42,36 +42,16 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
-from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, register_verifier
+from common.answers import has_box, last_boxed
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    fail,
+    ground_truth,
+    register_verifier,
+)
 
-_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" warning on every call
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed X``) in ``text``.
-
-    Nested braces are balanced (``\\boxed{\\frac{2}{7}}`` -> ``\\frac{2}{7}``). Returns None when
-    there is no box or the last box is unterminated.
-    """
-    matches = list(_BOX.finditer(text))
-    if not matches:
-        return None
-    i = matches[-1].end()
-    rest = text[i:]
-    if not rest.lstrip(" ").startswith("{"):
-        token = re.match(r"\s+([^\s$]+)", rest)
-        return token.group(1) if token else None
-    i += len(rest) - len(rest.lstrip(" "))
-    depth = 0
-    for k in range(i, len(text)):
-        if text[k] == "{":
-            depth += 1
-        elif text[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1:k].strip()
-    return None
 
 
 _SCI = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
@@ -191,7 +171,7 @@ class MathVerifier(Verifier):
         gold_parsed = _parse(gold if gold.lstrip().startswith("$") else f"${gold}$")
         if not gold_parsed:
             return fail(f"gold answer {gold!r} does not parse", gold=gold)
-        if _BOX.search(answer):
+        if has_box(answer):
             pred = last_boxed(answer)
             if pred is None:
                 return fail("last \\boxed{} is unterminated", gold=gold)

@@ -24,8 +24,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from validators.verifiers.math import last_boxed
-from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, metadata, register_verifier
+from common.answers import last_boxed
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    fail,
+    ground_truth,
+    metadata,
+    register_verifier,
+)
 
 _CUE = (r"(?i:\banswer\b(?:\s+is|\s+would\s+be|\s+should\s+be)?|\bcorrect\s+(?:answer|option|choice)\s+is|"
         r"\bfinal\s+answer\s+is|\boption\s+is)")

@@ -11,11 +11,11 @@ final answer (reward 0, whatever the verifier); a response without think tags is
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+from common.answers import final_answer, row_json
 
 
 @dataclass
@@ -46,31 +46,6 @@ class Verdict:
 def fail(reason: str, **details: Any) -> Verdict:
     """A zero-reward verdict."""
     return Verdict(0.0, False, reason, details)
-
-
-def final_answer(response: str) -> str | None:
-    """The user-visible answer of ``response``: the text after the last ``</think>`` (verbatim),
-    ``None`` when a ``<think>`` block never closes, else ``response`` itself."""
-    if THINK_CLOSE in response:
-        return response.rsplit(THINK_CLOSE, 1)[1]
-    if THINK_OPEN in response:
-        return None
-    return response
-
-
-def row_json(row: dict[str, Any], name: str) -> Any:
-    """Field ``name`` of ``row`` decoded from JSON (a non-string value is returned as is).
-
-    Raises:
-        ValueError: naming the row's uuid and the field when it is not valid JSON.
-    """
-    value = row.get(name)
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"row {row.get('uuid')!r}: {name} is not valid JSON: {exc}") from None
-    return value
 
 
 def ground_truth(row: dict[str, Any], *keys: str) -> dict[str, Any]:

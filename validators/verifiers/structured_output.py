@@ -23,7 +23,14 @@ import json
 import re
 from typing import Any
 
-from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, metadata, register_verifier
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    fail,
+    ground_truth,
+    metadata,
+    register_verifier,
+)
 
 FENCED = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\n(.*?)\n?```\s*\Z", re.S)
 FENCE_POLICIES = ("allow", "reject")

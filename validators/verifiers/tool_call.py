@@ -34,7 +34,13 @@ import math
 import re
 from typing import Any
 
-from validators.verifiers.registry import Verdict, Verifier, fail, ground_truth, register_verifier
+from validators.verifiers.registry import (
+    Verdict,
+    Verifier,
+    fail,
+    ground_truth,
+    register_verifier,
+)
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n?```\s*$", re.S)

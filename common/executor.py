@@ -1,5 +1,5 @@
 """Where the table-shaped steps run their per-batch work: in this process (``local``) or as
-Ray Data pipelines (``ray``, :mod:`curation.ray_exec`).
+Ray Data pipelines (``ray``, :mod:`common.ray_exec`).
 
 A step is split into pure per-batch functions ``fn(frame: pl.DataFrame, **shared) -> pl.DataFrame``
 (the *map*, e.g. :func:`curation.minhash.signature_batch`) and a global reduce on the driver over
@@ -29,7 +29,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.io import ROW_GROUP_SIZE, atomic_path
+from common.io import ROW_GROUP_SIZE, atomic_path
 
 BatchFn = Callable[..., pl.DataFrame]
 """A pure map ``fn(frame, **shared) -> frame``: no state, no I/O, same output for the same rows."""
@@ -146,9 +146,9 @@ def gather(ex: Executor, path: str | Path, fn: BatchFn, batch_rows: int, shared:
 def write_frames(frames: Iterator[pl.DataFrame], path: str | Path, schema: pa.Schema) -> int:
     """Stream ``frames`` (cast to ``schema``) into one parquet file atomically; returns rows written.
 
-    Row groups hold :data:`curation.io.ROW_GROUP_SIZE` rows and each is written from one arrow
+    Row groups hold :data:`common.io.ROW_GROUP_SIZE` rows and each is written from one arrow
     chunk whatever the frame sizes (page boundaries follow arrow chunks), so the file is
-    byte-identical to :func:`curation.io.write_parquet` of the concatenated, rechunked table.
+    byte-identical to :func:`common.io.write_parquet` of the concatenated, rechunked table.
     """
     rows, pending, held = 0, [], 0
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
@@ -187,7 +187,7 @@ def open_executor(params: dict[str, Any]) -> Iterator[Executor]:
     if p["kind"] == "local":
         yield LocalExecutor()
         return
-    from curation.ray_exec import RayExecutor
+    from common.ray_exec import RayExecutor
 
     ex = RayExecutor(p)
     try:

@@ -61,7 +61,8 @@ def search(pattern, path="."):
     except re.error as exc:
         fail(f"bad pattern: {exc}")
     files = [inside(path)] if os.path.isfile(inside(path)) else sorted(
-        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith((".py", ".txt", ".cfg", ".toml", ".md", ".rst")))
+        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs
+        if f.endswith((".py", ".txt", ".cfg", ".toml", ".md", ".rst")))
     n = 0
     for name in files:
         try:

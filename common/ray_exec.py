@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.executor import BatchFn, indexed_batches
+from common.executor import BatchFn, indexed_batches
 
 _CACHE: dict[str, dict[str, Any]] = {}
 
@@ -50,7 +50,7 @@ def _apply_items(fn: Callable[[Any], Any], table: pa.Table) -> pa.Table:
 
 
 class RayExecutor:
-    """Runs maps on Ray Data. ``p`` is :func:`curation.executor.from_params`' dict.
+    """Runs maps on Ray Data. ``p`` is :func:`common.executor.from_params`' dict.
 
     With ``address`` (e.g. ``"auto"``) it joins that cluster; without, it starts a local Ray with
     ``num_cpus`` CPUs and an ``object_store_mb`` MiB object store (no dashboard). A Ray already
@@ -85,7 +85,7 @@ class RayExecutor:
 
     def map_parquet(self, path: str | Path, fn: BatchFn, batch_rows: int, shared: dict[str, Any] | None = None,
                     workers: int = 1, row_index: bool = False) -> Iterator[pl.DataFrame]:
-        """See :meth:`curation.executor.Executor.map_parquet` (``workers`` is ignored: Ray schedules).
+        """See :meth:`common.executor.Executor.map_parquet` (``workers`` is ignored: Ray schedules).
 
         With ``row_index`` the pipeline is ``ray.data.from_items`` over the file's row groups (one
         task each, which reads its row group and knows its first row's position), not ``read_parquet``.
@@ -108,7 +108,7 @@ class RayExecutor:
                 yield pl.from_arrow(table)
 
     def map_items(self, items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
-        """See :meth:`curation.executor.Executor.map_items`: ``ray.data.from_items``, one block per item."""
+        """See :meth:`common.executor.Executor.map_items`: ``ray.data.from_items``, one block per item."""
         if not items:
             return []
         rows = [{"item": pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)} for x in items]

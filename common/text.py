@@ -88,3 +88,9 @@ def _duckdb_column(frame: pl.DataFrame, expr: str) -> pl.Series:
     with _DB[1].cursor() as cur:
         result = cur.from_arrow(frame.to_arrow()).select(f"{expr} AS x").arrow().read_all()
     return pl.from_arrow(result)["x"]
+
+
+def text_hashes(df: pl.DataFrame, kind: str, normalized: bool = True) -> pl.Series:
+    """md5 hex digest of each row's (normalized) text, as a Utf8 series of ``len(df)``."""
+    text = row_text(kind)
+    return md5_hex(df.select((normalize(text) if normalized else text).alias("t"))["t"])

@@ -4,7 +4,7 @@ A workspace is a host directory holding one copy of a repository. :func:`run_in_
 command in it under the code sandbox of :mod:`validators.verifiers.sandbox` (same isolation
 probe, rlimits, process-group kill, output caps, scrubbed environment); unlike
 ``run_python`` it keeps the directory, so edits persist between the steps of an episode. The
-directory is bound at ``/sandbox``; the tool harness (:mod:`curation.swe.harness`) and the
+directory is bound at ``/sandbox``; the tool harness (:mod:`validators.swe.harness`) and the
 host's pytest (its ``site-packages``) are bound read-only, nothing else of the host is visible
 under bubblewrap. When the grader is root the tree is chowned to ``nobody`` first (the sandbox
 drops to that uid).

@@ -1,7 +1,7 @@
-"""SWE agent scaffold: tools, episodes in sandboxed repository copies, and the execution reward.
+"""The SWE environment: episodes in sandboxed repository copies, the tools, and the execution reward.
 
 The paper trains SWE RL with OpenHands; here a small documented tool set (all run inside the code
-sandbox, in the episode's own copy of the repository, by :mod:`curation.swe.harness`):
+sandbox, in the episode's own copy of the repository, by :mod:`validators.swe.harness`):
 
 ==============  ========================================================================
 ``view_file``   ``{path, start_line?, end_line?}``: numbered lines (200 at most per call)
@@ -24,14 +24,14 @@ is 1 iff every ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` test passes, else 0 (SWE-be
 criterion). An episode ends on ``submit``, after ``max_steps`` model turns, past
 ``episode_timeout_s``, or when the context is full.
 
-:class:`ModelPolicy` keeps the token-level trajectory of each episode: the model's own sampled
-tokens (``loss_mask`` 1, with their log-probabilities) and the rendered tool turns (``loss_mask``
-0), so multi-turn GRPO trains only the model's tokens (:mod:`stages.swe_rl`).
+A :class:`Policy` chooses each turn: the model through the rollout engine
+(:class:`stages.swe_policy.ModelPolicy`, which records the token-level :class:`Trajectory` that
+multi-turn GRPO trains on, :mod:`stages.swe_rl`), or a script (the tests' policies). The prompt and
+tool declarations rows carry are in :mod:`corpora.swe_tools`.
 """
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import json
 import os
@@ -45,31 +45,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from curation.swe.workspace import copy_repo, run_in_workspace, run_tests, tempdir
+from corpora.swe_tools import TOOL_NAMES
+from validators.swe.workspace import copy_repo, run_in_workspace, run_tests, tempdir
 from validators.verifiers.sandbox import Limits
 from validators.verifiers.tool_call import parse_calls
 
-SYSTEM_PROMPT = ("You are a software engineer. The current directory holds a Python repository with a bug. "
-                 "Find it with the tools, fix the source code with edit_file, check with run_tests, then call "
-                 "submit. Call one tool per turn.")
-
-
-def _tool(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": props, "required": required}}}
-
-
-_S, _I = {"type": "string"}, {"type": "integer"}
-TOOLS = [
-    _tool("view_file", "Show numbered lines of a file.", {"path": _S, "start_line": _I, "end_line": _I}, ["path"]),
-    _tool("search", "Regex search in the repository's text files.", {"pattern": _S, "path": _S}, ["pattern"]),
-    _tool("edit_file", "Replace old_text (must occur exactly once) by new_text in a file.",
-          {"path": _S, "old_text": _S, "new_text": _S}, ["path", "old_text", "new_text"]),
-    _tool("run", "Run a shell command in the repository.", {"command": _S}, ["command"]),
-    _tool("run_tests", "Run pytest (default: the task's tests).", {"tests": {"type": "array", "items": _S}}, []),
-    _tool("submit", "Finish: the fix is done.", {}, []),
-]
-TOOL_NAMES = tuple(t["function"]["name"] for t in TOOLS)
 #: files restored from the original repository before grading (besides the task's test files)
 PROTECTED = ("conftest.py", "test_*.py", "*_test.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
 
@@ -367,144 +347,3 @@ def run_episodes(env: SWEEnvironment, policy: Policy, rows: list[dict[str, Any]]
     finally:
         for ep in episodes:
             env.close(ep)
-
-
-class ModelPolicy:
-    """A causal LM acting through a rollout engine (token ids in, :class:`~stages.rollout.Rollouts` out).
-
-    Args:
-        engine: ``stages.rollout.RolloutEngine``; tokenizer: its tokenizer (chat template).
-        builder: ``stages.environment.PromptBuilder`` (renders the first prompt, tools included).
-        max_new_tokens: per model turn; max_context_tokens: an episode whose context would pass
-            it ends (``finish`` ``context``).
-        greedy: argmax decoding (evaluation) instead of sampling.
-    """
-
-    def __init__(self, engine: Any, tokenizer: Any, builder: Any, max_new_tokens: int = 128,
-                 max_context_tokens: int = 4096, greedy: bool = False):
-        self.engine, self.tok, self.builder = engine, tokenizer, builder
-        self.max_new_tokens, self.max_context_tokens, self.greedy = max_new_tokens, max_context_tokens, greedy
-
-    def observation_ids(self, chat: list[dict[str, Any]], new: list[dict[str, Any]], tools: Any) -> list[int]:
-        """Token ids of the turns ``new`` after ``chat`` (which ends with the assistant turn the model
-        sampled, EOS included), up to the next assistant header: the template's rendering of
-        ``chat + new`` minus that of ``chat``, plus what the template puts after the EOS.
-
-        Raises:
-            ValueError: the template re-renders earlier turns (the rendering of ``chat`` is not a
-                prefix of that of ``chat + new``), so turns cannot be appended token-exactly.
-        """
-        render = lambda msgs, gen: self.tok.apply_chat_template(msgs, tools=tools, tokenize=False,
-                                                                add_generation_prompt=gen)
-        before, after = render(chat, False), render(chat + new, True)
-        if not after.startswith(before):
-            raise ValueError("the chat template re-renders earlier turns: multi-turn token ids cannot be appended")
-        eos = self.tok.eos_token or ""
-        glue = before[before.rindex(eos) + len(eos):] if eos and eos in before else ""
-        return list(self.tok(glue + after[len(before):], add_special_tokens=False)["input_ids"])
-
-    def act(self, episodes: list[Episode]) -> list[str | None]:
-        out: list[str | None] = [None] * len(episodes)
-        todo = []
-        for i, ep in enumerate(episodes):
-            chat, tools = self.builder.messages(ep.row)
-            if ep.trajectory is None:
-                ep.trajectory = Trajectory(self.builder(ep.row), n_messages=len(ep.messages))
-            else:
-                traj = ep.trajectory
-                if not traj.ended_with_eos:  # close the cut-off turn (not trained)
-                    traj.extend([self.tok.eos_token_id], trained=False)
-                first = len(ep.row["responses_create_params"]["input"])  # the turns `chat` renders
-                history = chat + ep.messages[first:traj.n_messages]
-                traj.extend(self.observation_ids(history, ep.messages[traj.n_messages:], tools), trained=False)
-                traj.n_messages = len(ep.messages)
-            if len(ep.trajectory.full_ids) + self.max_new_tokens <= self.max_context_tokens:
-                todo.append(i)
-        if todo:
-            ro = self.engine.generate([episodes[i].trajectory.full_ids for i in todo], n=1, greedy=self.greedy,
-                                      max_new_tokens=self.max_new_tokens)
-            for k, i in enumerate(todo):
-                traj = episodes[i].trajectory
-                traj.extend(ro.response_ids[k], trained=True, logprobs=ro.logprobs[k])
-                traj.truncated |= ro.truncated[k]
-                traj.ended_with_eos = not ro.truncated[k] and bool(ro.response_ids[k])
-                traj.n_messages = len(episodes[i].messages) + 1  # the assistant turn about to be appended
-                out[i] = ro.texts[k]
-        return out
-
-
-def tool_call(name: str, **arguments: Any) -> str:
-    """One ``<tool_call>`` block, the format the agent parses."""
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
-def oracle_edit(original: str, buggy: str) -> tuple[str, str]:
-    """``(old_text, new_text)`` turning ``buggy`` back into ``original`` with one unique replacement:
-    the differing lines, widened by a line of context at a time until they occur once in ``buggy``."""
-    a, b = buggy.splitlines(keepends=True), original.splitlines(keepends=True)
-    ops = [op for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if op[0] != "equal"]
-    i1, i2, j1, j2 = ops[0][1], ops[-1][2], ops[0][3], ops[-1][4]
-    while True:
-        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
-        if old and buggy.count(old) == 1:
-            return old, new
-        if i1 == 0 and i2 == len(a):
-            return old, new
-        i1, j1 = max(i1 - 1, 0), max(j1 - (i1 > 0), 0)
-        i2, j2 = min(i2 + 1, len(a)), j2 + (i2 < len(a))
-
-
-class ScriptedPolicy:
-    """A fixed script per episode: ``script(episode) -> [response, ...]``; turn ``k`` of an episode
-    gets the script's ``k``-th response (``submit`` once the script runs out). The proofs' policies:
-
-    * :meth:`oracle` applies the known fix (from the task's snapshot and bug), runs the tests, submits;
-    * :meth:`noop` submits at once;
-    * :meth:`test_editor` makes the tests pass by editing them (every assert becomes ``assert True``,
-      a ``conftest.py`` reports every test as passed) and submits: caught because tests are restored.
-    """
-
-    def __init__(self, script: Any):
-        self.script = script
-
-    def act(self, episodes: list[Episode]) -> list[str | None]:
-        out = []
-        for ep in episodes:
-            turns = self.script(ep)
-            out.append(turns[ep.steps] if ep.steps < len(turns) else tool_call("submit"))
-        return out
-
-    @classmethod
-    def oracle(cls, env: SWEEnvironment) -> ScriptedPolicy:
-        def script(ep: Episode) -> list[str]:
-            with tempfile.TemporaryDirectory() as tmp:
-                original = env._original(ep.task, Path(tmp) / "o")
-                edits = [(path, *oracle_edit((original / path).read_text(encoding="utf-8"), buggy))
-                         for path, buggy in ep.task.get("bug", {}).items()]
-            return [tool_call("edit_file", path=p, old_text=o, new_text=n) for p, o, n in edits] + \
-                [tool_call("run_tests"), tool_call("submit")]
-        return cls(script)
-
-    @classmethod
-    def noop(cls) -> ScriptedPolicy:
-        return cls(lambda ep: [tool_call("submit")])
-
-    @classmethod
-    def test_editor(cls) -> ScriptedPolicy:
-        def script(ep: Episode) -> list[str]:
-            path = ep.task["test_files"][0]
-            return [tool_call("run", command=f"sed -i 's/^\\( *\\)assert .*/\\1assert True/' {path}"),
-                    tool_call("run", command=f"cat > conftest.py <<'EOF'\n{CHEAT_CONFTEST}EOF"),
-                    tool_call("submit")]
-        return cls(script)
-
-
-#: a conftest.py that reports every test as passed (what :meth:`ScriptedPolicy.test_editor` writes)
-CHEAT_CONFTEST = """import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    outcome.get_result().outcome = "passed"
-"""
