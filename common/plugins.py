@@ -32,8 +32,10 @@ import functools
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-KINDS = ("verifiers", "stages", "rollout_engines", "train_engines", "environments", "advantages", "losses",
-         "adapters")
+SINGULAR = {"verifiers": "verifier", "stages": "stage runner", "rollout_engines": "rollout engine",
+            "train_engines": "train engine", "environments": "environment", "advantages": "advantage estimator",
+            "losses": "loss", "adapters": "adapter"}
+KINDS = tuple(SINGULAR)
 
 
 class UnknownPlugin(KeyError, ValueError):
@@ -69,7 +71,7 @@ def load(kind: str, name: str) -> Any:
     """
     group = _group(kind)
     if name not in group:
-        raise UnknownPlugin(f"no {kind[:-1].replace('_', ' ')} {name!r} (entry-point group 'cascade_rl.{kind}'); "
+        raise UnknownPlugin(f"no {SINGULAR[kind]} {name!r} (entry-point group 'cascade_rl.{kind}'); "
                             f"installed: {', '.join(sorted(group)) or 'none'}. A new one is an entry point in "
                             f"your package's pyproject.toml (then reinstall it: pip install -e .)")
     return group[name].load()

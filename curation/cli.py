@@ -5,13 +5,15 @@
                                     on Ray Data (docs/ray.md)
     cascade summary                 per-step counts from metrics/*.json
     cascade train STAGE             a training stage of params.yaml's cascade (sft, if_rl, ...)
+    cascade stages                  the stage runners, their config fields with defaults, params' stages
     cascade report                  per-domain validation across the stages, regressions, lineage
     cascade swe_tasks               SWE bug-fix tasks from code problems and registered packages
     cascade solve --checkpoint X    test-time generate -> verify -> refine, pass rate by round
     cascade release --push REPO     upload release/{sft,rl} to the Hub
 
-Every step reads its knobs from ``params.yaml`` (``--params`` to change) and
-is run by ``dvc repro`` from ``dvc.yaml``.
+Every step reads its knobs from ``params.yaml`` (``--params`` to change), checked before any work
+(:mod:`curation.params`: a typo or an out-of-range value is one line naming the key), and is run
+by ``dvc repro`` from ``dvc.yaml``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ def load_params(path: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise SystemExit(f"params file {path} not found (run from the repository root or pass --params)")
     return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def load_checked(path: str | Path) -> dict[str, Any]:
+    """:func:`load_params`, every data step's block checked (:func:`curation.params.check_params`).
+
+    Raises:
+        ValueError: one line naming the bad key.
+    """
+    from curation.params import check_params
+
+    return check_params(load_params(path), str(path))
 
 
 def print_summary(rows: list[dict[str, Any]]) -> None:
@@ -73,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     rel.add_argument("--public", action="store_true", help="create public repos (default private)")
     sub.add_parser("train", help="run a training stage of the cascade (stages/cli.py)").add_argument("stage")
     sub.add_parser("report", help="per-domain metrics across the cascade's stages (stages/report.py)")
-    sub.add_parser("swe_tasks", help="build SWE bug-fix tasks into data/swe (curation/swe/tasks.py)")
+    sub.add_parser("stages", help="list the stage runners, their config fields with defaults, and params' stages")
     from stages.solve import add_arguments as solve_arguments
 
     solve_arguments(sub.add_parser("solve", help="test-time generate-verify-refine on an RL set (stages/solve.py)"))
@@ -83,21 +96,27 @@ def main(argv: list[str] | None = None) -> int:
         from stages.solve import main as solve_main
 
         return solve_main(args)
-    if args.command == "swe_tasks":
-        from curation.swe.tasks import run_swe_tasks
+    if args.command == "stages":
+        from stages.cli import describe_stages
 
-        params = load_params(args.params)
-        run_swe_tasks(params["swe_tasks"], params["sources"]["registry"], Path("data/ingested"), Path("data/swe"))
+        print(describe_stages(load_params(args.params)))
         return 0
+    if args.command in ("train", "report"):  # the cascade block is checked by the runners' own configs
+        from curation.pipeline import run_step
+        from stages.cli import train
+        from stages.report import run_report
 
-    if args.command == "train":
-        from stages.cli import main as train_main
-
-        return train_main(args.stage, load_params(args.params))
-    if args.command == "report":
-        from stages.report import main as report_main
-
-        return report_main(load_params(args.params))
+        name = f"train {args.stage}" if args.command == "train" else "report"
+        try:
+            result = run_step(name, load_params(args.params),
+                              (lambda p: train(args.stage, p)) if args.command == "train" else run_report)
+        except (FileNotFoundError, ValueError, RuntimeError) as exc:
+            print(f"cascade {name}: error: {exc}", file=sys.stderr)
+            return 1
+        if args.command == "train":
+            print(f"{args.stage}: checkpoint {result.checkpoint}, metrics {result.metrics} "
+                  f"({result.summary['wall_s']} s)")
+        return 0
 
     if args.command == "summary":
         from curation.pipeline import summary
@@ -123,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from curation.pipeline import run_step
 
-    params = load_params(args.params)
+    try:
+        params = load_checked(args.params)
+    except ValueError as exc:
+        print(f"cascade {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     params["executor"] = {**(params.get("executor") or {}),
                           **({"kind": args.executor} if args.executor else {}),
                           **({"address": args.address} if args.address else {})}

@@ -422,3 +422,19 @@ def decontaminate(train: pl.DataFrame, kind: str, index: NgramIndex, max_train_d
     per = matches.group_by("benchmark").len().sort("benchmark")
     stats["contaminated_by_benchmark"] = dict(zip(per["benchmark"], per["len"], strict=True))
     return clean, dirty, matches, stats
+
+
+def contaminated_by_benchmark(matches: pl.DataFrame) -> dict[str, int]:
+    """``{benchmark: contaminated training rows}`` of the decontamination matches (sorted by name)."""
+    totals = matches.group_by("benchmark").len().sort("benchmark")
+    return dict(zip(totals["benchmark"], totals["len"], strict=True))
+
+
+def contamination_report(matches: pl.DataFrame, meta: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    """``metrics/decontamination.json``: the settings (``params.yaml`` ``decontaminate`` block ``p``)
+    and, per benchmark of the index (``meta``), its item count and every contaminated training row
+    with its match (one dict per row of ``matches``)."""
+    return {"ngrams": meta["ngrams"], "min_coverage": p.get("min_coverage"),
+            "max_train_doc_freq": int(p["max_train_doc_freq"]),
+            "benchmarks": {b: {"items": n, "contaminated_rows": matches.filter(pl.col("benchmark") == b).to_dicts()}
+                           for b, n in meta["benchmark_items"].items()}}

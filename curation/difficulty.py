@@ -27,6 +27,7 @@ import polars as pl
 from tqdm import tqdm
 
 from common.io import write_parquet
+from common.text import md5_hex
 
 RESULT_SCHEMA = {"uuid": pl.Utf8, "pass_rate_total": pl.Int64, "pass_rate_passed": pl.Int64,
                  "responses": pl.List(pl.Utf8), "rewards": pl.List(pl.Float64), "reasons": pl.List(pl.Utf8)}
@@ -200,3 +201,25 @@ def histogram_png(rates: dict[str, list[float]], n: int, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
+
+
+def prompt_chars() -> pl.Expr:
+    """Characters of an RL row's prompt turns (a cheap bound on its prefill cost)."""
+    return (pl.col("responses_create_params").struct.field("input")
+            .list.eval(pl.element().struct.field("content").str.len_chars()).list.sum())
+
+
+def split_for_measurement(train: pl.DataFrame, max_prompt_chars: int, max_rows: int
+                          ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(todo, skipped)``: the first ``max_rows`` rows of ``train`` in a seeded order (md5 of the
+    uuid) among those whose prompt has at most ``max_prompt_chars`` characters, and every other row
+    (rejected later as ``not_measured``)."""
+    ranked = train.with_columns(md5_hex(train["uuid"], "difficulty:").alias("_r"),
+                                (prompt_chars() > max_prompt_chars).alias("_long")).sort("_long", "_r")
+    todo = ranked.filter(~pl.col("_long")).head(max_rows).drop("_r", "_long")
+    return todo, ranked.join(todo.select("uuid"), on="uuid", how="anti").drop("_r", "_long")
+
+
+def pass_rate_histogram(results: pl.DataFrame, n: int) -> dict[str, int]:
+    """``{"c/n": rows}``: how many measured rows passed ``c`` of their ``n`` responses."""
+    return {f"{c}/{n}": k for c, k in sorted(results.group_by("pass_rate_passed").len().iter_rows())}

@@ -14,7 +14,6 @@ from typing import Any
 import polars as pl
 
 from common.io import Rejects, finish_step, read_parquet, write_json, write_parquet
-from common.text import md5_hex
 from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
 from validators.verifiers.sandbox import require_from_params as require_sandbox
@@ -96,7 +95,7 @@ def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
     """Remove training rows that share a non-boilerplate n-gram with a benchmark item."""
     from common.executor import open_executor
     from curation.decontam_map import decontaminate_file
-    from curation.decontaminate import read_index
+    from curation.decontaminate import contaminated_by_benchmark, contamination_report, read_index
 
     p = params["decontaminate"]
     index = read_index(DECONTAM_INDEX, p["ngrams"])
@@ -111,17 +110,10 @@ def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
             rows_in, rows_out = rows_in + n_in, rows_out + n_out
             stats[kind] = {"rows_in": n_in, "rows_out": n_out, **st}
             report.append(matches.with_columns(pl.lit(kind).alias("table")))
-    matches = pl.concat(report)
-    totals = matches.group_by("benchmark").len().sort("benchmark")
-    write_json({"ngrams": index.meta["ngrams"], "min_coverage": p.get("min_coverage"),
-                "max_train_doc_freq": int(p["max_train_doc_freq"]),
-                "benchmarks": {b: {"items": n, "contaminated_rows": matches.filter(pl.col("benchmark") == b).to_dicts()}
-                               for b, n in index.meta["benchmark_items"].items()}},
-               Path("metrics") / "decontamination.json")
+    write_json(contamination_report(pl.concat(report), index.meta, p), Path("metrics") / "decontamination.json")
     return finish_step("decontaminate", rows_in, rows_out, rejects, ngrams=index.meta["ngrams"],
                        benchmark_items=index.meta["benchmark_items"],
-                       contaminated_by_benchmark=dict(zip(totals["benchmark"], totals["len"], strict=True)),
-                       per_table=stats)
+                       contaminated_by_benchmark=contaminated_by_benchmark(pl.concat(report)), per_table=stats)
 
 
 def step_validate(params: dict[str, Any]) -> dict[str, Any]:
@@ -163,12 +155,6 @@ def step_build(params: dict[str, Any]) -> dict[str, Any]:
 FILTERED = Path("data/filtered")
 
 
-def prompt_chars() -> pl.Expr:
-    """Characters of an RL row's prompt turns (a cheap bound on its prefill cost)."""
-    return (pl.col("responses_create_params").struct.field("input")
-            .list.eval(pl.element().struct.field("content").str.len_chars()).list.sum())
-
-
 def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``."""
     from curation.difficulty import (
@@ -176,7 +162,9 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
         cache_key,
         histogram_png,
         measure,
+        pass_rate_histogram,
         policy_sampler,
+        split_for_measurement,
     )
     from validators.verifiers import verify_batch
 
@@ -192,10 +180,7 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     rejects, rows_in, rows_out, stats, rates = Rejects("difficulty"), 0, 0, {}, {}
     for name in p["sets"]:
         train = _load(SETS / "rl" / name / "train.parquet")
-        ranked = train.with_columns(md5_hex(train["uuid"], "difficulty:").alias("_r"),
-                                    (prompt_chars() > int(p["max_prompt_chars"])).alias("_long")).sort("_long", "_r")
-        todo = ranked.filter(~pl.col("_long")).head(int(p["max_rows_per_set"])).drop("_r", "_long")
-        skipped = ranked.join(todo.select("uuid"), on="uuid", how="anti").drop("_r", "_long")
+        todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), int(p["max_rows_per_set"]))
         results, st = measure(todo.to_dicts(), sample, score, cache)
         kept, dropped = apply_pass_rates(todo, results, float(p["min"]), float(p["max"]))
         rejects.extend_frame(dropped)
@@ -206,8 +191,8 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
                       FILTERED / "rl" / name / "validation.parquet", SCHEMAS["rl"])
         rows_in, rows_out = rows_in + len(train), rows_out + len(kept)
         rates[name] = (results["pass_rate_passed"] / results["pass_rate_total"]).to_list()
-        hist = {f"{c}/{p['n']}": n for c, n in sorted(results.group_by("pass_rate_passed").len().iter_rows())}
-        stats[name] = {"measured": len(todo), "kept": len(kept), "pass_rate_histogram": hist, **st}
+        stats[name] = {"measured": len(todo), "kept": len(kept),
+                       "pass_rate_histogram": pass_rate_histogram(results, int(p["n"])), **st}
     histogram_png(rates, int(p["n"]), Path("plots") / "difficulty_pass_rates.png")
     return finish_step("difficulty", rows_in, rows_out, rejects, per_set=stats)
 
@@ -217,30 +202,18 @@ SYNTHESIZED = Path("data/synthesized")
 
 def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
     """Teacher responses to RL prompts, kept as SFT rows only when their verifier passes them."""
-    from curation.difficulty import Verdictish, cache_key, measure, policy_sampler
-    from curation.synthesize import empty_sft, format_filter, select_verified
-    from validators.verifiers import verify_batch
+    from curation.difficulty import cache_key, measure, policy_sampler
+    from curation.synthesize import empty_sft, select_prompts, select_verified, verified_or_formatted
 
     p = params["synthesize"]
     require_sandbox(params)
     sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
     teacher = Path(p["teacher"]).name
-    rl = _load(INGESTED / "rl.parquet").filter(prompt_chars() <= int(p["max_prompt_chars"]))
-    ranked = rl.with_columns(md5_hex(rl["uuid"], f"synthesize:{p['seed']}:").alias("_r")).sort("_r").drop("_r")
-    prompts = pl.concat([ranked.head(0)] + [ranked.filter(pl.col("domain") == d).head(int(p["prompts_per_domain"]))
-                                            for d in p["domains"]])
+    prompts = select_prompts(_load(INGESTED / "rl.parquet"), p["domains"], int(p["prompts_per_domain"]),
+                             int(p["max_prompt_chars"]), int(p["seed"]))
     sample = policy_sampler(p["teacher"], p["engine"], sampling, int(p["k"]), thinking=bool(p["thinking"]),
                             seed=int(p["seed"]), threads=p.get("threads", 1))
-
-    def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
-        verified = [i for i, r in enumerate(rows) if r["agent_ref"] != "genrm"]
-        verdicts: list[Any] = [Verdictish(*format_filter(t, int(p["min_chars"]), int(p["max_chars"])))
-                               for t in responses]
-        graded = verify_batch([responses[i] for i in verified], [rows[i] for i in verified],
-                              timeout_s=float(p["timeout_s"]), workers=2)
-        for i, v in zip(verified, graded, strict=True):
-            verdicts[i] = v
-        return verdicts
+    score = verified_or_formatted(int(p["min_chars"]), int(p["max_chars"]), float(p["timeout_s"]))
 
     cache = Path(p["cache_dir"]) / cache_key(teacher, {**sampling, "thinking": p["thinking"], "seed": p["seed"]},
                                              int(p["k"]))
@@ -312,12 +285,19 @@ def step_pack(params: dict[str, Any]) -> dict[str, Any]:
     return run_pack(params["pack"], params["tokenize"], TOKENIZED, PACKED, Path("plots/pack"))
 
 
+def step_swe_tasks(params: dict[str, Any]) -> dict[str, Any]:
+    """SWE bug-fix tasks from code problems and registered packages (``data/swe``, curation/swe/tasks.py)."""
+    from curation.swe.tasks import run_swe_tasks
+
+    return run_swe_tasks(params["swe_tasks"], params["sources"]["registry"], INGESTED, Path("data/swe"))
+
+
 STEPS = {
     "fetch": step_fetch, "asset": step_asset, "ingest": step_ingest, "dedup": step_dedup,
     "decontam_index": step_decontam_index, "decontaminate": step_decontaminate,
     "validate": step_validate, "build": step_build,
     "export": step_export, "difficulty": step_difficulty, "synthesize": step_synthesize, "tokenize": step_tokenize,
-    "pack": step_pack,
+    "pack": step_pack, "swe_tasks": step_swe_tasks,
 }
 ORDER = ["ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
 TIMINGS = Path("logs/timings.json")
@@ -338,11 +318,12 @@ def summary(root: Path = Path(".")) -> list[dict[str, Any]]:
     return out
 
 
-def run_step(name: str, params: dict[str, Any]) -> Any:
-    """Run step ``name`` and record its wall seconds in ``logs/timings.json`` (kept out of
-    the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged)."""
+def run_step(name: str, params: dict[str, Any], fn: Callable[[dict[str, Any]], Any] | None = None) -> Any:
+    """Run step ``name`` (``fn``, default ``STEPS[name]``: every data step, ``swe_tasks``, and
+    ``cascade train`` / ``report``) and record its wall seconds in ``logs/timings.json`` (kept out
+    of the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged)."""
     t0 = time.perf_counter()
-    result = STEPS[name](params)
+    result = (fn or STEPS[name])(params)
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
     timings[name] = round(time.perf_counter() - t0, 2)
     write_json(timings, TIMINGS)

@@ -19,13 +19,16 @@ killed run resumes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 
 from common.answers import split_reasoning
 from common.io import Rejects
+from common.text import md5_hex
 from corpora.schema import SCHEMAS, row_uuid, validate_row
+from curation.difficulty import Verdictish, prompt_chars
 
 #: RL domain of a prompt -> SFT domain of the synthesized conversation.
 SFT_DOMAIN = {"math": "math", "code": "code", "instruction_following": "instruction_following",
@@ -107,3 +110,30 @@ def select_verified(prompts: pl.DataFrame, results: pl.DataFrame, m: int, teache
 def empty_sft() -> pl.DataFrame:
     """An empty SFT table with the canonical schema."""
     return pl.from_arrow(SCHEMAS["sft"].empty_table())
+
+
+def select_prompts(rl: pl.DataFrame, domains: list[str], per_domain: int, max_prompt_chars: int,
+                   seed: int) -> pl.DataFrame:
+    """The RL prompts the teacher answers: per domain of ``domains`` (in that order), the first
+    ``per_domain`` rows in a seeded order (md5 of the uuid) among those with at most
+    ``max_prompt_chars`` prompt characters."""
+    rl = rl.filter(prompt_chars() <= max_prompt_chars)
+    ranked = rl.with_columns(md5_hex(rl["uuid"], f"synthesize:{seed}:").alias("_r")).sort("_r").drop("_r")
+    return pl.concat([ranked.head(0)] + [ranked.filter(pl.col("domain") == d).head(per_domain) for d in domains])
+
+
+def verified_or_formatted(min_chars: int, max_chars: int, timeout_s: float
+                          ) -> Callable[[list[str], list[dict[str, Any]]], list[Any]]:
+    """The scorer of synthesis: the row's verifier (``verify_batch``) where it has one, the
+    :func:`format_filter` for chat rows (``agent_ref`` ``genrm``: no verifier without a judge)."""
+    from validators.verifiers import verify_batch
+
+    def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
+        verified = [i for i, r in enumerate(rows) if r["agent_ref"] != "genrm"]
+        verdicts: list[Any] = [Verdictish(*format_filter(t, min_chars, max_chars)) for t in responses]
+        graded = verify_batch([responses[i] for i in verified], [rows[i] for i in verified],
+                              timeout_s=timeout_s, workers=2)
+        for i, v in zip(verified, graded, strict=True):
+            verdicts[i] = v
+        return verdicts
+    return score

@@ -1,4 +1,5 @@
-"""Advantage estimators, registered by name (``advantage: grpo`` in a stage config).
+"""Advantage estimators, installed by name (``advantage: grpo`` in a stage config; entry-point group
+``cascade_rl.advantages``, the built-ins in ``pyproject.toml``).
 
 Every estimator maps the scalar rewards of ``G`` sampled responses per prompt to one
 advantage per response; the loss broadcasts it over the response's tokens. Rewards
@@ -14,23 +15,18 @@ from collections.abc import Callable
 
 import torch
 
+from common import plugins
+
 AdvantageFn = Callable[..., torch.Tensor]
-ADVANTAGES: dict[str, AdvantageFn] = {}
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: make ``fn(rewards, group_size, **kw) -> advantages`` available as ``name``."""
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGES[name] = fn
-        return fn
-    return deco
 
 
 def get_advantage(name: str) -> AdvantageFn:
-    """The estimator registered as ``name``; ValueError lists the known names."""
-    if name not in ADVANTAGES:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}")
-    return ADVANTAGES[name]
+    """The estimator installed as ``name`` (entry-point group ``cascade_rl.advantages``, :mod:`common.plugins`).
+
+    Raises:
+        ValueError: unknown name, listing the installed ones.
+    """
+    return plugins.load("advantages", name)
 
 
 def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -39,7 +35,6 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return rewards.to(torch.float64).view(-1, group_size)
 
 
-@register_advantage("grpo")
 def grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4, ddof: int = 1,
                     scale: bool = True) -> torch.Tensor:
     """Group-normalized advantages ``A_i = (r_i - mean_G r) / (std_G r + eps)`` (GRPO).
@@ -67,7 +62,6 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4, d
     return centered.view(-1).to(torch.float32)
 
 
-@register_advantage("leave_one_out")
 def leave_one_out_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """RLOO advantages ``A_i = r_i - mean_{j != i} r_j = G/(G-1) (r_i - mean_G r)``.
 

@@ -13,15 +13,13 @@ names the entry point; every other key goes into the runner's ``config_class``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common import plugins
 from stages.train_engine import OptimConfig
-
-GROUP = "cascade_rl.stages"
 
 
 class EvalConfig(BaseModel):
@@ -78,22 +76,13 @@ class StageRunner(Protocol):
         """Train from ``init_checkpoint`` (an HF model dir) on ``datasets``; write checkpoint + metrics."""
 
 
-def stage_runners() -> dict[str, Any]:
-    """``{name: entry point}`` of every installed runner (not yet imported)."""
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
-
-
 def get_runner(name: str) -> type[StageRunner]:
-    """Load the runner class registered as ``name``.
+    """The runner class installed as ``name`` (entry-point group ``cascade_rl.stages``, :mod:`common.plugins`).
 
     Raises:
         ValueError: unknown name (the message lists the installed runners and how to add one).
     """
-    runners = stage_runners()
-    if name not in runners:
-        raise ValueError(f"no stage runner {name!r} in entry-point group {GROUP!r}; installed: {sorted(runners)} "
-                         f"(reinstall the package after adding one: pip install -e .)")
-    return runners[name].load()
+    return plugins.load("stages", name)
 
 
 def build_runner(name: str, settings: dict[str, Any]) -> StageRunner:
@@ -105,7 +94,7 @@ def build_runner(name: str, settings: dict[str, Any]) -> StageRunner:
     from pydantic import ValidationError
 
     if "runner" not in settings:
-        raise ValueError(f"cascade.stages.{name}: missing 'runner' (one of {sorted(stage_runners())})")
+        raise ValueError(f"cascade.stages.{name}: missing 'runner' (one of {plugins.names('stages')})")
     cls = get_runner(settings["runner"])
     try:
         config = cls.config_class.model_validate({"name": name, **settings})

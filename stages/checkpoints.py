@@ -76,17 +76,26 @@ class CheckpointRegistry:
         """``{checkpoint dir: record}``, sorted by path."""
         return {p.parent: json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.root.glob(f"*/{RECORD}"))}
 
-    def best(self, domain: str, metric: str = "reward") -> Path:
-        """The checkpoint with the highest ``validation[domain][metric]`` (ties: first by path).
+    def best(self, domain: str, metric: str = "reward", stages: list[str] | None = None) -> Path:
+        """The checkpoint with the highest ``validation[domain][metric]``, among those of ``stages``
+        (stage names in cascade order, e.g. a student's lineage; default: every checkpoint, in path
+        order). Ties go to the later one in that order (for a lineage: the stage closest to the end).
 
         Raises:
-            LookupError: no checkpoint under ``root`` was validated on ``domain``.
+            LookupError: none of them was validated on ``domain``.
         """
-        scored = [(rec["validation"][domain][metric], path) for path, rec in self.records().items()
+        records = self.records()
+        if stages is None:
+            ordered = list(records.items())
+        else:
+            by_stage = {rec["stage"]: path for path, rec in records.items()}
+            ordered = [(by_stage[s], records[by_stage[s]]) for s in stages if s in by_stage]
+        scored = [(rec["validation"][domain][metric], i, path) for i, (path, rec) in enumerate(ordered)
                   if metric in rec.get("validation", {}).get(domain, {})]
         if not scored:
-            raise LookupError(f"no checkpoint under {self.root} has validation metric {metric!r} for {domain!r}")
-        return max(scored, key=lambda s: s[0])[1]
+            among = f"of stages {stages} " if stages is not None else ""
+            raise LookupError(f"no checkpoint {among}under {self.root} has validation metric {metric!r} for {domain!r}")
+        return max(scored, key=lambda s: (s[0], s[1]))[2]
 
     def best_per_domain(self, metric: str = "reward") -> dict[str, Path]:
         """``{domain: best checkpoint}`` over every domain some checkpoint has ``metric`` for (a domain

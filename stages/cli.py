@@ -14,12 +14,11 @@ A stage outside ``order`` names its ``init`` (a checkpoint dir or a stage name).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from stages.base import StageConfig, StageResult, build_runner
-from validators.verifiers.sandbox import SandboxUnavailable, require_from_params
+from validators.verifiers.sandbox import require_from_params
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -75,12 +74,23 @@ def pass_through(cfg: StageConfig, init: Path) -> StageResult:
         return run.finish((read_record(init) or {}).get("validation", {}), curves=())
 
 
-def main(stage: str, params: dict[str, Any]) -> int:
-    """CLI body: run ``stage``; a config or data error prints one line and returns 1."""
-    try:
-        result = train(stage, params)
-    except (FileNotFoundError, ValueError, SandboxUnavailable) as exc:
-        print(f"cascade train {stage}: error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{stage}: checkpoint {result.checkpoint}, metrics {result.metrics} ({result.summary['wall_s']} s)")
-    return 0
+def describe_stages(params: dict[str, Any]) -> str:
+    """Every installed stage runner with its config fields (type and default), then the stages of
+    ``params``' ``cascade`` block with their runner and the keys they set: what ``cascade stages`` prints."""
+    from common import plugins
+
+    lines = []
+    for name in plugins.names("stages"):
+        cls = plugins.load("stages", name)
+        lines.append(f"runner {name} ({cls.__module__}.{cls.__name__}, config {cls.config_class.__name__}):")
+        for field, info in cls.config_class.model_fields.items():
+            default = "required" if info.is_required() else repr(info.get_default(call_default_factory=True))
+            kind = getattr(info.annotation, "__name__", str(info.annotation))
+            lines.append(f"  {field}: {kind} = {default}")
+    cascade = params.get("cascade") or {}
+    order = cascade.get("order", [])
+    lines.append(f"stages in params.yaml (order: {' -> '.join(order)}):")
+    for name, block in (cascade.get("stages") or {}).items():
+        keys = ", ".join(k for k in block if k != "runner")
+        lines.append(f"  {name}: runner {block.get('runner')}; sets {keys}")
+    return "\n".join(lines)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import pyarrow.parquet as pq
 
+from common import plugins
 from packing.tokenize import to_chat
 
 TOOLS_PREAMBLE = ("You can call these tools. To call one, answer with "
@@ -186,19 +187,24 @@ class GenRMEnvironment:
         return out
 
 
-def make_environment(name: str, **kwargs: Any) -> Environment:
-    """``verifiers`` (default) | ``function`` (``fn=...``) | ``genrm`` (``judge_model=DIR`` or
-    ``judge=engine, judge_tokenizer=tok``, ``strategy``, ``max_new_tokens``); ValueError on an unknown name."""
-    if name == "verifiers":
-        return VerifierEnvironment(**kwargs)
-    if name == "function":
-        return FunctionEnvironment(**kwargs)
-    if name == "genrm":
-        if "judge_model" in kwargs:
-            from stages.checkpoints import load_checkpoint
-            from stages.rollout import HFRolloutEngine, SamplingConfig
+def genrm_environment(judge_model: str | None = None, **kwargs: Any) -> GenRMEnvironment:
+    """Entry point ``genrm`` of ``cascade_rl.environments``: ``judge_model=DIR`` (a checkpoint served
+    by the ``hf`` engine) or ``judge=engine, judge_tokenizer=tok``; ``strategy``, ``max_new_tokens``."""
+    if judge_model is not None:
+        from stages.checkpoints import load_checkpoint
+        from stages.rollout import HFRolloutEngine, SamplingConfig
 
-            model, tok = load_checkpoint(kwargs.pop("judge_model"))
-            kwargs.update(judge=HFRolloutEngine(model.eval(), tok, SamplingConfig()), judge_tokenizer=tok)
-        return GenRMEnvironment(**kwargs)
-    raise ValueError(f"unknown environment {name!r}; known: ['function', 'genrm', 'verifiers']")
+        model, tok = load_checkpoint(judge_model)
+        kwargs.update(judge=HFRolloutEngine(model.eval(), tok, SamplingConfig()), judge_tokenizer=tok)
+    return GenRMEnvironment(**kwargs)
+
+
+def make_environment(name: str, **kwargs: Any) -> Environment:
+    """The environment installed as ``name`` (entry-point group ``cascade_rl.environments``:
+    ``verifiers`` (default), ``function`` (``fn=...``), ``genrm`` built in), built by its factory
+    from the stage's ``environment_kwargs``.
+
+    Raises:
+        ValueError: unknown name, listing the installed ones.
+    """
+    return plugins.load("environments", name)(**kwargs)

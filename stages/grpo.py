@@ -37,7 +37,7 @@ from stages.environment import (
 )
 from stages.losses import get_loss, token_logprobs
 from stages.rollout import Rollouts, SamplingConfig, make_rollout_engine
-from stages.runtime import StageRun
+from stages.runtime import BatchCycle, StageRun
 
 
 class GRPOConfig(StageConfig):
@@ -49,7 +49,7 @@ class GRPOConfig(StageConfig):
     max_prompt_tokens: int = 1024               # longer prompts are dropped and counted
     max_rows_per_dataset: int | None = None     # first rows of each train set (None: all)
     advantage: str = "grpo"
-    advantage_kwargs: dict[str, Any] = Field(default_factory=lambda: {"eps": 1e-4, "ddof": 1})
+    advantage_kwargs: dict[str, Any] = Field(default_factory=dict)  # the estimator's own defaults when empty
     loss: str = "policy_gradient"
     aggregation: str = "token_mean"
     kl_beta: float = 0.0
@@ -215,11 +215,10 @@ class GRPOStage:
             items, dropped = self._train_rows(datasets, builder)
             run.counts.update(dropped, train_prompts=len(items))
             advantage = get_advantage(cfg.advantage)
-            cursor = 0
+            batches = BatchCycle(items, cfg.prompts_per_step)
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
-                batch = [items[(cursor + i) % len(items)] for i in range(cfg.prompts_per_step)]
-                cursor += cfg.prompts_per_step
+                batch = batches.next()
                 with engine.gathered():
                     ro = rollout.generate([b[1] for b in batch], n=cfg.group_size)
                 t_gen = time.perf_counter() - t0

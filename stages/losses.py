@@ -1,4 +1,5 @@
-"""Loss functions on plain tensors, registered by name (``loss: policy_gradient``).
+"""Loss functions on plain tensors, installed by name (``loss: policy_gradient``; entry-point group
+``cascade_rl.losses``, the built-ins in ``pyproject.toml``).
 
 Conventions: ``mask`` is bool/0-1 ``[B, T]`` over response (or supervised) tokens;
 masked positions never reach the result (``torch.where``, so even inf/NaN there is
@@ -14,24 +15,19 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from common import plugins
+
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-LOSSES: dict[str, LossFn] = {}
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 
 
-def register_loss(name: str) -> Callable[[LossFn], LossFn]:
-    """Decorator: make ``fn(...) -> (loss, stats)`` available as ``name``."""
-    def deco(fn: LossFn) -> LossFn:
-        LOSSES[name] = fn
-        return fn
-    return deco
-
-
 def get_loss(name: str) -> LossFn:
-    """The loss registered as ``name``; ValueError lists the known names."""
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}")
-    return LOSSES[name]
+    """The loss installed as ``name`` (entry-point group ``cascade_rl.losses``, :mod:`common.plugins`).
+
+    Raises:
+        ValueError: unknown name, listing the installed ones.
+    """
+    return plugins.load("losses", name)
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",
@@ -94,7 +90,6 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
-@register_loss("policy_gradient")
 def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
                          num_tokens: float | None = None, aggregation: str = "token_mean",
                          max_len: int | None = None, ref_logprobs: torch.Tensor | None = None,
@@ -138,7 +133,6 @@ def sft_target_mask(labels: torch.Tensor, position_ids: torch.Tensor | None = No
     return mask
 
 
-@register_loss("sft")
 def sft_loss(logits: torch.Tensor, labels: torch.Tensor, *, position_ids: torch.Tensor | None = None,
              num_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Next-token cross-entropy over supervised tokens, ``sum / num_tokens``.

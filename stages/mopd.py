@@ -37,9 +37,9 @@ from stages.base import StageConfig, StageResult
 from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
 from stages.environment import PromptBuilder, make_environment
 from stages.grpo import GRPOStage, policy_batch, response_logprobs
-from stages.losses import aggregate, get_loss, kl_k3, register_loss
+from stages.losses import aggregate, get_loss, kl_k3
 from stages.rollout import Rollouts, SamplingConfig, make_rollout_engine
-from stages.runtime import StageRun
+from stages.runtime import BatchCycle, StageRun
 
 
 class MOPDConfig(StageConfig):
@@ -98,7 +98,6 @@ def ice_pop_weights(logprobs: torch.Tensor, inf_logprobs: torch.Tensor, mask: to
     return torch.where(kept, ratio, torch.zeros_like(ratio)), kept
 
 
-@register_loss("mopd")
 def mopd_loss(logprobs: torch.Tensor, inf_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor,
               mask: torch.Tensor, *, num_tokens: float | None = None,
               is_bounds: tuple[float, float] = (0.5, 2.0)) -> tuple[torch.Tensor, dict[str, float]]:
@@ -144,20 +143,18 @@ def resolve_teachers(domains: list[str], init_checkpoint: str | Path, checkpoint
     root = Path(checkpoint_root)
     record = read_record(init_checkpoint)
     lineage = record["lineage"] if record else []
-    by_stage = {rec["stage"]: path for path, rec in CheckpointRegistry(root).records().items()}
-    candidates = [(by_stage[s], read_record(by_stage[s])) for s in lineage if s in by_stage]
+    registry = CheckpointRegistry(root)
     out: dict[str, Path] = {}
     for domain in domains:
         if domain in pinned:
             out[domain] = root / pinned[domain] if (root / pinned[domain] / RECORD).exists() else Path(pinned[domain])
             continue
-        scored = [(rec["validation"][domain][metric], i, path) for i, (path, rec) in enumerate(candidates)
-                  if metric in rec.get("validation", {}).get(domain, {})]
-        if not scored:
+        try:
+            out[domain] = registry.best(domain, metric, stages=lineage)
+        except LookupError:
             raise ValueError(f"no teacher for domain {domain!r}: no checkpoint of the student's lineage {lineage} "
                              f"under {root} has validation metric {metric!r} for it; pin one in the stage's "
-                             f"'teachers' ({{{domain}: STAGE_OR_DIR}})")
-        out[domain] = max(scored, key=lambda s: (s[0], s[1]))[2]
+                             f"'teachers' ({{{domain}: STAGE_OR_DIR}})") from None
     return out
 
 
@@ -301,11 +298,11 @@ class MOPDStage(GRPOStage):
             run.counts.update(dropped, train_prompts=len(items))
             env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
             rollout = make_rollout_engine(cfg.rollout_engine, engine.module, tok, cfg.sampling, str(init_checkpoint))
-            pool, n, cursor = TeacherPool(cfg.teacher_memory_mb), cfg.rollouts_per_prompt, 0
+            pool, n = TeacherPool(cfg.teacher_memory_mb), cfg.rollouts_per_prompt
+            batches = BatchCycle(items, cfg.prompts_per_step)
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
-                batch = [items[(cursor + i) % len(items)] for i in range(cfg.prompts_per_step)]
-                cursor += cfg.prompts_per_step
+                batch = batches.next()
                 with engine.gathered():
                     ro = rollout.generate([b[1] for b in batch], n=n)
                 t_gen = time.perf_counter() - t0

@@ -17,7 +17,6 @@ gap to the best earlier checkpoint it closed (``before``: the stage that MOPD st
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -163,18 +162,18 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(lt)
 
 
-def main(params: dict[str, Any]) -> int:
-    """``cascade report`` body: build, write and print the report; a missing cascade prints one line, returns 1."""
+def run_report(params: dict[str, Any]) -> dict[str, Any]:
+    """``cascade report`` body: build, write and print the report of ``params``' cascade; returns it.
+
+    Raises:
+        ValueError: a stage of the order has no checkpoint record (names it).
+    """
     cascade = params.get("cascade") or {}
     settings = cascade.get("report", {})
     root = cascade.get("defaults", {}).get("checkpoint_root", "data/checkpoints")
-    try:
-        report = build_report(cascade.get("order", []), root, settings.get("metric", "reward"),
-                              settings.get("tolerance", 0.0))
-    except ValueError as exc:
-        print(f"cascade report: error: {exc}", file=sys.stderr)
-        return 1
+    report = build_report(cascade.get("order", []), root, settings.get("metric", "reward"),
+                          settings.get("tolerance", 0.0))
     write_report(report)
     print_report(report)
     print(f"wrote {REPORT_JSON}, {REPORT_CSV}, {REPORT_PNG}")
-    return 0
+    return report

@@ -25,6 +25,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from common import plugins
+
 
 @dataclass
 class Rollouts:
@@ -242,13 +244,30 @@ class VLLMRolloutEngine:
         return Rollouts(flat, ids, lps, trunc, texts, n)
 
 
+def hf_engine(model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
+              model_path: str | None = None) -> HFRolloutEngine:
+    """Entry point ``hf`` of ``cascade_rl.rollout_engines``: transformers ``generate`` on ``model``."""
+    return HFRolloutEngine(model, tokenizer, sampling)
+
+
+def vllm_engine(model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
+                model_path: str | None = None) -> VLLMRolloutEngine:
+    """Entry point ``vllm`` of ``cascade_rl.rollout_engines``: a vLLM engine serving ``model_path``.
+
+    Raises:
+        ValueError: no ``model_path``.
+    """
+    if model_path is None:
+        raise ValueError("the vllm engine needs model_path")
+    return VLLMRolloutEngine(model_path, tokenizer, sampling)
+
+
 def make_rollout_engine(name: str, model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
                         model_path: str | None = None) -> RolloutEngine:
-    """Build the engine ``name`` (``hf`` | ``vllm``); ValueError on an unknown name."""
-    if name == "hf":
-        return HFRolloutEngine(model, tokenizer, sampling)
-    if name == "vllm":
-        if model_path is None:
-            raise ValueError("the vllm engine needs model_path")
-        return VLLMRolloutEngine(model_path, tokenizer, sampling)
-    raise ValueError(f"unknown rollout engine {name!r}; known: ['hf', 'vllm']")
+    """The engine installed as ``name`` (entry-point group ``cascade_rl.rollout_engines``: ``hf`` |
+    ``vllm`` built in), built by its factory ``(model, tokenizer, sampling, model_path)``.
+
+    Raises:
+        ValueError: unknown name, listing the installed ones.
+    """
+    return plugins.load("rollout_engines", name)(model, tokenizer, sampling, model_path)

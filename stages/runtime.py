@@ -34,6 +34,31 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class BatchCycle:
+    """Consecutive batches of ``size`` items, cycling through ``items`` (the shuffled prompts of a
+    stage) from ``position``: what every RL loop draws one optimizer step from. ``position`` is the
+    data cursor (items drawn so far), so a run can be resumed from it.
+
+    >>> cycle = BatchCycle(["a", "b", "c"], 2)
+    >>> cycle.next(), cycle.next(), cycle.position
+    (['a', 'b'], ['c', 'a'], 4)
+
+    Raises:
+        ValueError: no items, or ``size < 1``.
+    """
+
+    def __init__(self, items: list[Any], size: int, position: int = 0):
+        if not items or size < 1:
+            raise ValueError(f"a batch cycle needs items and size >= 1, got {len(items)} items, size {size}")
+        self.items, self.size, self.position = items, size, position
+
+    def next(self) -> list[Any]:
+        """The next ``size`` items (wrapping around the end)."""
+        batch = [self.items[(self.position + i) % len(self.items)] for i in range(self.size)]
+        self.position += self.size
+        return batch
+
+
 @contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
     """Run the block with ``threads`` torch intra-op threads, then restore the previous count

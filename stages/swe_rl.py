@@ -40,7 +40,7 @@ from stages.grpo import (
     select_for_training,
 )
 from stages.rollout import Rollouts, make_rollout_engine
-from stages.runtime import StageRun
+from stages.runtime import BatchCycle, StageRun
 from stages.swe_policy import ModelPolicy
 from validators.swe.environment import (
     AgentConfig,
@@ -135,11 +135,10 @@ class SWERLStage:
             run.counts.update(prompt_too_long=too_long, train_tasks=len(items))
             advantage = get_advantage(cfg.advantage)
             policy = ModelPolicy(rollout, tok, builder, cfg.sampling.max_new_tokens, cfg.max_context_tokens)
-            cursor = 0
+            batches = BatchCycle(items, cfg.prompts_per_step)
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
-                batch = [items[(cursor + i) % len(items)] for i in range(cfg.prompts_per_step)]
-                cursor += cfg.prompts_per_step
+                batch = batches.next()
                 group = [b for b in batch for _ in range(cfg.group_size)]
                 with engine.gathered():
                     results = self._episodes(policy, group)

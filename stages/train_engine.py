@@ -23,6 +23,8 @@ from typing import Any, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from common import plugins
+
 
 class OptimConfig(BaseModel):
     """AdamW + cosine-with-warm-up knobs (defaults: the recipe's SFT row)."""
@@ -177,9 +179,21 @@ class DeepSpeedEngine:
 
 def make_train_engine(name: str, model: torch.nn.Module, optim: OptimConfig, total_steps: int,
                       zero_stage: int = 2) -> TrainEngine:
-    """Build the engine ``name`` (``torch`` | ``deepspeed``); ValueError on an unknown name."""
-    if name == "torch":
-        return TorchEngine(model, optim, total_steps)
-    if name == "deepspeed":
-        return DeepSpeedEngine(model, optim, total_steps, zero_stage)
-    raise ValueError(f"unknown train engine {name!r}; known: ['deepspeed', 'torch']")
+    """The engine installed as ``name`` (entry-point group ``cascade_rl.train_engines``: ``torch`` |
+    ``deepspeed`` built in), built by its factory ``(model, optim, total_steps, zero_stage)``.
+
+    Raises:
+        ValueError: unknown name, listing the installed ones.
+    """
+    return plugins.load("train_engines", name)(model, optim, total_steps, zero_stage)
+
+
+def torch_engine(model: torch.nn.Module, optim: OptimConfig, total_steps: int, zero_stage: int = 2) -> TorchEngine:
+    """Entry point ``torch`` of ``cascade_rl.train_engines`` (``zero_stage`` is ignored)."""
+    return TorchEngine(model, optim, total_steps)
+
+
+def deepspeed_engine(model: torch.nn.Module, optim: OptimConfig, total_steps: int,
+                     zero_stage: int = 2) -> DeepSpeedEngine:
+    """Entry point ``deepspeed`` of ``cascade_rl.train_engines``."""
+    return DeepSpeedEngine(model, optim, total_steps, zero_stage)

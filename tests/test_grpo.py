@@ -2,10 +2,12 @@
 
 import csv
 import json
+import math
 
 import pytest
 import torch
 
+from common import plugins
 from common.io import write_parquet
 from stages.checkpoints import CheckpointRegistry, read_record
 from stages.grpo import (
@@ -207,3 +209,25 @@ def test_kl_stage_starts_at_zero_kl_and_moves_away_from_the_reference(tmp_path, 
     rows = list(csv.DictReader((tmp_path / "plots" / "toy_rl.csv").open()))
     assert float(rows[0]["kl"]) == pytest.approx(0.0, abs=1e-7)
     assert float(rows[1]["kl"]) > 1e-6
+
+
+def _starts_with_a(response, row):
+    return float(response.startswith("a"))
+
+
+@pytest.mark.parametrize("advantage", plugins.names("advantages"))
+@pytest.mark.parametrize("environment", plugins.names("environments"))
+def test_every_installed_estimator_and_environment_runs_through_grpo_with_its_own_defaults(
+        tmp_path, tok, advantage, environment):
+    """Each registered option works as configured from params alone (no kwargs tuned for another one)."""
+    kwargs = {"function": {"fn": _starts_with_a}, "verifiers": {"workers": 1},
+              "genrm": {"judge_model": str(tmp_path / "init"), "max_new_tokens": 4}}[environment]
+    _, cfg = _stage_setup(tmp_path, tok, ["Say yes.", "Say no."], steps=1, prompts_per_step=2, group_size=2,
+                          dynamic_filtering=False, mask_truncated=False, advantage=advantage,
+                          environment=environment, environment_kwargs=kwargs,
+                          sampling={"max_new_tokens": 2}, eval={"datasets": []})
+    assert cfg.advantage_kwargs == {}
+    result = GRPOStage(cfg).run(cfg.datasets, tmp_path / "init")
+    (row,) = list(csv.DictReader((tmp_path / "plots" / "toy_rl.csv").open()))
+    assert math.isfinite(float(row["loss"])) and float(row["trained_samples"]) == 4.0
+    assert result.checkpoint.is_dir()

@@ -66,5 +66,5 @@ def test_bad_group_shapes_raise_readable_errors():
         grpo_advantages(torch.zeros(6), 4)
     with pytest.raises(ValueError, match="ddof=1 needs groups larger than 1"):
         grpo_advantages(torch.zeros(3), 1)
-    with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'"):
+    with pytest.raises(ValueError, match="no advantage estimator 'ppo'"):
         get_advantage("ppo")

@@ -121,5 +121,5 @@ def test_sft_loss_equals_hand_computation_over_the_window():
 
 def test_loss_registry_names():
     assert get_loss("policy_gradient") is policy_gradient_loss and get_loss("sft") is sft_loss
-    with pytest.raises(ValueError, match="unknown loss 'ppo'"):
+    with pytest.raises(ValueError, match="no loss 'ppo'"):
         get_loss("ppo")

@@ -55,5 +55,5 @@ def test_params_carry_the_paper_optimizer_defaults():
     cascade = yaml.safe_load((REPO / "params.yaml").read_text())["cascade"]
     optim = OptimConfig.model_validate(cascade["defaults"]["optim"])
     assert optim.betas == (0.9, 0.98) and optim.weight_decay == 0.1
-    with pytest.raises(ValueError, match="unknown train engine 'fsdp'"):
+    with pytest.raises(ValueError, match="no train engine 'fsdp'"):
         make_train_engine("fsdp", tiny_llama(64), optim, 1)

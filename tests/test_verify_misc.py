@@ -39,7 +39,7 @@ def test_filter_01_pass_at_k_is_unbiased_and_never_one_without_a_pass():
 
 
 def test_registry_errors_name_the_row_and_the_known_verifiers():
-    with pytest.raises(KeyError, match="known: code, genrm, instruction_following"):
+    with pytest.raises(KeyError, match="installed: code, genrm, instruction_following"):
         get_verifier("nope")
     with pytest.raises(ValueError, match="row 'r1': no verifier 'nope'"):
         check_row({"uuid": "r1", "agent_ref": "nope"})
@@ -60,7 +60,7 @@ def test_verify_batch_one_verdict_each_in_order_with_crash_and_timeout_isolated(
     assert time.monotonic() - start < 30
     assert [v.reward for v in out] == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert out[2].reason == "timeout after 3s"
-    assert out[3].reason.startswith("KeyError")
+    assert out[3].reason.startswith("UnknownPlugin") and out[3].error == "unknown_verifier"  # no silent 0
     with pytest.raises(ValueError, match="2 responses but 1 rows"):
         verify_batch(["a", "b"], [math])
     assert verify_batch([], []) == []

@@ -1,12 +1,12 @@
 """Adapters: one function per source format, mapping a raw record to canonical row(s).
 
-An adapter is ``fn(raw, spec, root) -> dict | list[dict]`` registered with
-``@adapter("name")``; ``root`` is the directory the source's paths resolve
-against (for side files such as BFCL's ``possible_answer``). It returns *partial* rows in the schema of ``spec.output``
-(see :mod:`corpora.schema`); :func:`curation.ingest.finalize_row` fills
-``uuid``, ``source``, ``source_version``, ``license`` and the default
-``domain``, and serializes JSON fields given as Python objects (``tools``,
-``ground_truth``, ``kwargs``, ``metadata``, tool-call ``arguments``).
+An adapter is ``fn(raw, spec, root) -> dict | list[dict]`` installed as an entry point of group
+``cascade_rl.adapters`` (the built-ins in ``pyproject.toml``; :mod:`common.plugins`); ``root`` is
+the directory the source's paths resolve against (for side files such as BFCL's
+``possible_answer``). It returns *partial* rows in the schema of ``spec.output`` (see
+:mod:`corpora.schema`); :func:`curation.ingest.finalize_row` fills ``uuid``, ``source``,
+``source_version``, ``license`` and the default ``domain``, and serializes JSON fields given as
+Python objects (``tools``, ``ground_truth``, ``kwargs``, ``metadata``, tool-call ``arguments``).
 
 An adapter that wraps a source item in an instruction template (the boxed-
 answer request of math and multiple-choice rows) records the item's own text
@@ -21,40 +21,19 @@ record legitimately holds no rows and must be documented in the adapter.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common import plugins
 from corpora.registry import SourceSpec
 
 Adapter = Callable[[Any, SourceSpec, Path], "dict[str, Any] | list[dict[str, Any]]"]
 
-_ADAPTERS: dict[str, Adapter] = {}
-_MODULES = ("chat", "math", "code", "mcqa", "instructions", "tools", "hf", "derived", "swe")
-
-
-def adapter(name: str) -> Callable[[Adapter], Adapter]:
-    """Register ``fn`` as the adapter called ``name`` in the registry file."""
-
-    def deco(fn: Adapter) -> Adapter:
-        if name in _ADAPTERS:
-            raise ValueError(f"adapter {name!r} is registered twice")
-        _ADAPTERS[name] = fn
-        return fn
-
-    return deco
-
-
 def get_adapter(name: str) -> Adapter:
-    """The adapter registered as ``name``.
+    """The adapter installed as ``name`` (entry-point group ``cascade_rl.adapters``, :mod:`common.plugins`).
 
     Raises:
-        KeyError: listing the known adapters.
+        KeyError: listing the installed adapters.
     """
-    if not _ADAPTERS:
-        for mod in _MODULES:
-            importlib.import_module(f"corpora.adapters.{mod}")
-    if name not in _ADAPTERS:
-        raise KeyError(f"unknown adapter {name!r}; known: {sorted(_ADAPTERS)}")
-    return _ADAPTERS[name]
+    return plugins.load("adapters", name)

@@ -9,13 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import map_role, require, text, trim_trailing_user, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
 
 
-@adapter("sharegpt")
 def sharegpt(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """ShareGPT ``{id, conversations: [{from, value}], system?}`` -> one SFT row.
 
@@ -54,7 +52,6 @@ def sharegpt(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any
     return {"messages": messages, "metadata": metadata}
 
 
-@adapter("arena_hard_answer")
 def arena_hard_answer(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """Arena-Hard ``model_answer/<model>.jsonl`` ``{uid, ans_id, model, messages}`` -> one SFT row.
 
@@ -82,7 +79,6 @@ def arena_hard_answer(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict
             "metadata": {"uid": uid, "ans_id": raw.get("ans_id")}}
 
 
-@adapter("arena_hard_prompt")
 def arena_hard_prompt(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """Arena-Hard ``question.jsonl`` ``{uid, category, subcategory, prompt}`` -> RL row for the GenRM."""
     uid, prompt = require(raw, "uid", "prompt")
@@ -90,7 +86,6 @@ def arena_hard_prompt(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict
             "metadata": {"uid": uid, "category": raw.get("category"), "subcategory": raw.get("subcategory")}}
 
 
-@adapter("healthbench")
 def healthbench(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """HealthBench ``{prompt_id, prompt: [{role, content}], rubrics: [{criterion, points, tags}],
     example_tags}`` -> RL row; the whole conversation is the input, the rubrics the ground truth."""
@@ -102,7 +97,6 @@ def healthbench(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
             "metadata": {"prompt_id": prompt_id, "example_tags": raw.get("example_tags", [])}}
 
 
-@adapter("mtbench")
 def mtbench(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """MT-Bench ``question.jsonl`` ``{question_id, category, turns: [q1, q2], reference?}`` -> RL row.
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import require, text, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
@@ -28,7 +27,6 @@ def _mbpp_fields(doc: dict[str, Any]) -> tuple[str, list[str]]:
     return text(task, "text"), tests
 
 
-@adapter("mbpp_solution")
 def mbpp_solution(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval MBPP doc ``{task_id, text, code, test_list}`` -> SFT row: the task and its
     tests as the user turn, the reference ``code`` in a ```python block as the answer."""
@@ -40,7 +38,6 @@ def mbpp_solution(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str
             "metadata": {"task_id": raw.get("task_id")}}
 
 
-@adapter("mbpp_problem")
 def mbpp_problem(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval MBPP doc ``{task_id, text, test_list, challenge_test_list, test_setup_code}`` -> RL row.
 
@@ -56,7 +53,6 @@ def mbpp_problem(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
             "metadata": {"task_id": raw.get("task_id"), "question": task}}
 
 
-@adapter("humaneval")
 def humaneval(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """HumanEval ``{task_id, prompt, entry_point, canonical_solution, test}`` -> RL row.
 

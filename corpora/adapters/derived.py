@@ -14,7 +14,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import user
 from corpora.registry import SourceSpec
 from corpora.rl.if_constraints import INSTRUCTIONS, compose
@@ -38,7 +37,6 @@ def _option(spec: SourceSpec, key: str) -> Any:
     return spec.options[key]
 
 
-@adapter("if_constraints")
 def if_constraints(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
     """IF-RL prompts: IFEval constraints composed onto the first user turn of seed rows.
 
@@ -73,7 +71,6 @@ def if_constraints(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[di
     return out
 
 
-@adapter("structured_output")
 def structured_output(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
     """Structured-output tasks from the real function schemas of tool-calling rows.
 
@@ -105,7 +102,6 @@ def structured_output(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list
     return out
 
 
-@adapter("long_context")
 def long_context(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
     """RULER-style needle and multi-hop retrieval tasks over haystacks of the seeds' text.
 

@@ -17,7 +17,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import json_value, jsonable, map_role, require, text
 from corpora.adapters.instructions import clean_kwargs
 from corpora.adapters.tools import openai_tools
@@ -115,7 +114,6 @@ def _license(raw: dict[str, Any]) -> dict[str, str]:
     return {"license": lic} if isinstance(lic, str) and lic.strip() else {}
 
 
-@adapter("nemotron_sft")
 def nemotron_sft(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """A ``nvidia/Nemotron-Cascade-2-SFT-Data`` row -> SFT row.
 
@@ -182,7 +180,6 @@ def _int(value: Any, field: str) -> int | None:
     return value
 
 
-@adapter("nemo_gym_rl")
 def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """A ``nvidia/Nemotron-Cascade-2-RL-data`` (NeMo-Gym) row -> RL row.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import json_value, require, text, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
@@ -35,7 +34,6 @@ def clean_kwargs(kwargs: Any, n: int) -> list[dict[str, Any]]:
     return out
 
 
-@adapter("ifeval")
 def ifeval(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """IFEval / IFBench jsonl ``{key, prompt, instruction_id_list, kwargs}`` -> RL row
     (``agent_ref`` ``instruction_following``) with the instruction ids and cleaned kwargs."""

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from common.answers import last_boxed
-from corpora.adapters import adapter
 from corpora.adapters._common import jsonable, require, text, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
@@ -37,7 +36,6 @@ def _math_meta(doc: dict[str, Any]) -> dict[str, Any]:
     return {"level": _level(doc.get("level")), "type": doc.get("type"), "index": doc.get("index")}
 
 
-@adapter("math_solution")
 def math_solution(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval MATH doc ``{problem, solution, level, type, index}`` -> SFT row
     (problem as the user turn, the reference solution as the assistant turn)."""
@@ -47,7 +45,6 @@ def math_solution(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str
             "metadata": _math_meta(raw)}
 
 
-@adapter("math_problem")
 def math_problem(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval MATH / MATH-500 doc ``{problem, solution, answer, level, type, index}`` -> RL row.
 
@@ -68,7 +65,6 @@ def math_problem(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
             "metadata": {**_math_meta(raw), "normalized_answer": raw.get("answer"), "question": problem}}
 
 
-@adapter("gsm8k")
 def gsm8k(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval GSM8K doc ``{id, question, answer, short_answer}`` -> RL row;
     ``ground_truth.answer`` is ``short_answer`` (the number after ``####``)."""
@@ -78,7 +74,6 @@ def gsm8k(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
             "metadata": {"id": raw.get("id"), "question": question}}
 
 
-@adapter("reasoning_gym")
 def reasoning_gym(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
     """reasoning-gym generators; ``raw`` is ``spec.options`` ``{generators, count, seed}``.
 

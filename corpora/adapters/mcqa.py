@@ -11,7 +11,6 @@ import string
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import require, text, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
@@ -84,7 +83,6 @@ def _query_item(raw: dict[str, Any]) -> tuple[str, list[str], Any]:
     return question, options, gold
 
 
-@adapter("arc")
 def arc(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval ARC doc ``{id, query, choices: [labels], gold}``: the option texts are only
     in ``query``; 3-5 options."""
@@ -92,14 +90,12 @@ def arc(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     return mcq_row(question, options, gold, raw.get("id"))
 
 
-@adapter("openbookqa")
 def openbookqa(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval OpenBookQA doc ``{id, query, choices: [labels], gold}`` (same layout as ARC)."""
     question, options, gold = _query_item(raw)
     return mcq_row(question, options, gold, raw.get("id"))
 
 
-@adapter("sciq")
 def sciq(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval SciQ doc ``{index, question, correct_answer, distractor1-3, query, choices, gold}``.
 
@@ -113,7 +109,6 @@ def sciq(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     return mcq_row(question, options, gold, raw.get("index"))
 
 
-@adapter("medmcqa")
 def medmcqa(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval MedMCQA doc ``{id, question, opa, opb, opc, opd, cop, subject_name, topic_name}``;
     ``cop`` is the 0-based gold index (this is the validation split: the test split has no answers)."""
@@ -122,7 +117,6 @@ def medmcqa(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]
                    subject=raw.get("subject_name"), topic=raw.get("topic_name"))
 
 
-@adapter("mmlu")
 def mmlu(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """MMLU (``hails/mmlu_no_train`` saved to disk) ``{question, subject, choices, answer}``;
     ``answer`` is the 0-based gold index. MMLU has no item id (``metadata.id`` is null)."""

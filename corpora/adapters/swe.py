@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import json_value, jsonable, text
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
@@ -39,7 +38,6 @@ def _tests(raw: dict[str, Any], name: str) -> list[str]:
     return value
 
 
-@adapter("swe_gym")
 def swe_gym(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """A SWE-Gym / R2E-Gym record -> RL row (``agent_ref`` ``swe``); see the module doc.
 

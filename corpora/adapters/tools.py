@@ -13,7 +13,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters import adapter
 from corpora.adapters._common import (
     json_value,
     map_role,
@@ -130,7 +129,6 @@ def tooltalk_tool(name: str, doc: dict[str, Any]) -> dict[str, Any]:
         "parameters": {"type": "object", "properties": props, "required": required}}}
 
 
-@adapter("tooltalk")
 def tooltalk(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """ToolTalk conversation JSON ``{name, conversation_id, apis_used, metadata, conversation:
     [{role, text, apis?: [{request: {api_name, parameters}, response, exception}]}]}`` -> SFT row.
@@ -220,7 +218,6 @@ def _bfcl_answers(path: Path) -> dict[str, Any]:
     return answers
 
 
-@adapter("bfcl")
 def bfcl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """BFCL v4 row ``{id, question: [[messages of turn 1]], function: [schemas]}`` -> RL row.
 

@@ -1,6 +1,7 @@
 r"""Response verifiers shared by rewards (stage runners) and difficulty filtering.
 
-A registry keyed by the RL row's ``agent_ref`` (:mod:`.registry`); one module per domain:
+Verifiers are entry points of group ``cascade_rl.verifiers`` keyed by the RL row's ``agent_ref``
+(:mod:`.registry`, :mod:`common.plugins`), loaded on first use; one module per domain:
 ``math`` and ``reasoning_gym`` (:mod:`.math`), ``code`` (:mod:`.code`, run in :mod:`.sandbox`),
 ``mcqa`` (:mod:`.mcqa`), ``instruction_following`` (:mod:`.ifeval` + :mod:`.ifbench`),
 ``tool_call`` (:mod:`.tool_call`), ``structured_output`` (:mod:`.structured_output`),
@@ -16,17 +17,6 @@ A registry keyed by the RL row's ``agent_ref`` (:mod:`.registry`); one module pe
 """
 
 from common.answers import final_answer
-from validators.verifiers import (  # noqa: F401  (each module registers its verifiers)
-    code,
-    genrm,
-    ifbench,
-    ifeval,
-    long_context,
-    math,
-    mcqa,
-    structured_output,
-    tool_call,
-)
 from validators.verifiers.batch import verify_batch
 from validators.verifiers.passk import pass_at_k
 from validators.verifiers.registry import (
@@ -34,9 +24,7 @@ from validators.verifiers.registry import (
     Verifier,
     check_row,
     get_verifier,
-    register_verifier,
     verify,
 )
 
-__all__ = ["Verdict", "Verifier", "check_row", "final_answer", "get_verifier", "pass_at_k",
-           "register_verifier", "verify", "verify_batch"]
+__all__ = ["Verdict", "Verifier", "check_row", "final_answer", "get_verifier", "pass_at_k", "verify", "verify_batch"]

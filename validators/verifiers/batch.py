@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from common.plugins import UnknownPlugin
 from validators.verifiers.registry import Verdict, fail, verify
 from validators.verifiers.sandbox import sweep
 
@@ -32,7 +33,14 @@ WORKER_MAIN = "import sys; from validators.verifiers.batch import _serve; _serve
 
 def _serve(rfd: int, wfd: int) -> None:
     """Worker loop: receive ``(i, response, row)``, send ``(i, Verdict)``; ``None`` ends it."""
-    import validators.verifiers  # noqa: F401  (registers every verifier before READY)
+    from common import plugins
+    from validators.verifiers.registry import get_verifier
+
+    for name in plugins.names("verifiers"):  # every installed verifier, out-of-tree ones too, before READY
+        try:
+            get_verifier(name)
+        except Exception:  # noqa: BLE001 (a broken plugin fails the rows that name it, with its error)
+            pass
 
     inbox, outbox = Connection(rfd, writable=False), Connection(wfd, readable=False)
     outbox.send(READY)
@@ -46,6 +54,8 @@ def _serve(rfd: int, wfd: int) -> None:
         i, response, row = task
         try:
             verdict = verify(response, row)
+        except UnknownPlugin as exc:  # not the response's fault: no verdict, never a silent 0
+            verdict = Verdict(0.0, False, f"UnknownPlugin: {exc}"[:500], error="unknown_verifier")
         except Exception as exc:  # one bad sample never stops the batch
             verdict = fail(f"{type(exc).__name__}: {exc}"[:500])
         outbox.send((i, verdict))

@@ -47,7 +47,6 @@ from validators.verifiers.registry import (
     Verifier,
     fail,
     ground_truth,
-    register_verifier,
 )
 from validators.verifiers.sandbox import Limits, Program, run_group
 
@@ -231,7 +230,6 @@ def check_spec(spec: Any) -> None:
                 raise ValueError(f"ground_truth.{where} is not valid Python: {exc}") from None
 
 
-@register_verifier("code")
 class CodeVerifier(Verifier):
     """Sandboxed execution; reward 1 only if every test passes (see the module doc)."""
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.answers import final_answer
-from validators.verifiers.registry import Verifier, register_verifier
+from validators.verifiers.registry import Verifier
 
 STRATEGIES = ("circular", "all_pairs")
 _SECTION = r"\[The Begin of {name}\](.*?)\[The End of {name}\]"
@@ -214,7 +214,6 @@ def group_rewards(n: int, pairs: list[tuple[int, int]], judge_outputs: list[str]
                         [k for k, r in enumerate(raw) if r is None and k not in excluded], dict(excluded))
 
 
-@register_verifier("genrm")
 class GenRMVerifier(Verifier):
     """RLHF rows: rewards need the judge model, so single-response :meth:`verify` refuses
     (ValueError); stage runners call :func:`pair_indices`, the judge, then :func:`group_rewards`."""

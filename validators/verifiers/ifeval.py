@@ -41,7 +41,6 @@ from validators.verifiers.registry import (
     Verifier,
     fail,
     metadata,
-    register_verifier,
 )
 
 RELATIONS = ("less than", "at least")
@@ -367,7 +366,6 @@ def _row_specs(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(iid, kw or {}) for iid, kw in zip(ids, kwargs)]
 
 
-@register_verifier("instruction_following")
 class InstructionFollowingVerifier(Verifier):
     """IFEval / IFBench constraints (see the module doc)."""
 

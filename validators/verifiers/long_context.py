@@ -22,7 +22,6 @@ from validators.verifiers.registry import (
     Verifier,
     fail,
     ground_truth,
-    register_verifier,
 )
 
 
@@ -34,7 +33,6 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-@register_verifier("long_context")
 class LongContextVerifier(Verifier):
     """Normalized exact match (see the module doc)."""
 

@@ -48,7 +48,6 @@ from validators.verifiers.registry import (
     Verifier,
     fail,
     ground_truth,
-    register_verifier,
 )
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" warning on every call
@@ -155,7 +154,6 @@ def _parse(text: str) -> list[Any]:
     return parse(text, parsing_timeout=None)
 
 
-@register_verifier("math")
 class MathVerifier(Verifier):
     """math-verify against ``ground_truth.answer`` (see the module doc)."""
 
@@ -202,7 +200,6 @@ def _rg_entry(generator: str, seed: int, index: int) -> tuple[Any, dict[str, Any
     return ds, ds[index]
 
 
-@register_verifier("reasoning_gym")
 class ReasoningGymVerifier(Verifier):
     """reasoning-gym's ``score_answer`` on the rebuilt entry (see the module doc)."""
 

@@ -31,7 +31,6 @@ from validators.verifiers.registry import (
     fail,
     ground_truth,
     metadata,
-    register_verifier,
 )
 
 _CUE = (r"(?i:\banswer\b(?:\s+is|\s+would\s+be|\s+should\s+be)?|\bcorrect\s+(?:answer|option|choice)\s+is|"
@@ -81,7 +80,6 @@ def extract_choice(answer: str, letters: str, output_regex: str | None = None, l
     return paren[-1] if paren else None
 
 
-@register_verifier("mcqa")
 class MCQAVerifier(Verifier):
     """Letter match against ``ground_truth.answer`` (see the module doc)."""
 

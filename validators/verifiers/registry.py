@@ -1,8 +1,10 @@
-"""The verifier registry: ``Verdict``, ``Verifier``, ``register_verifier``, ``get_verifier``, ``verify``, ``check_row``.
+"""The verifier registry: ``Verdict``, ``Verifier``, ``get_verifier``, ``verify``, ``check_row``.
 
-A verifier is registered under the RL row's ``agent_ref`` (NeMo-Gym convention: the row names its
-environment). Rows are canonical RL rows (``corpora/schema.py`` ``RL_SCHEMA``): ``ground_truth``,
-``kwargs`` and ``metadata`` are JSON strings (already-decoded values are accepted too).
+A verifier is a :class:`Verifier` subclass installed as an entry point of group
+``cascade_rl.verifiers`` under the RL row's ``agent_ref`` (NeMo-Gym convention: the row names its
+environment); adding one is one file plus one line in your package's ``pyproject.toml``. Rows are
+canonical RL rows (``corpora/schema.py`` ``RL_SCHEMA``): ``ground_truth``, ``kwargs`` and ``metadata``
+are JSON strings (already-decoded values are accepted too).
 
 Response format: reasoning is stripped before grading (:func:`final_answer`): the final answer is
 the text after the last closing ``</think>``, verbatim; a ``<think>`` that never closes means no
@@ -11,10 +13,11 @@ final answer (reward 0, whatever the verifier); a response without think tags is
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from common import plugins
 from common.answers import final_answer, row_json
 
 
@@ -95,34 +98,18 @@ class Verifier:
         return self.score(answer, row)
 
 
-_REGISTRY: dict[str, Verifier] = {}
-
-
-def register_verifier(name: str) -> Callable[[type[Verifier]], type[Verifier]]:
-    """Class decorator: register an instance of the class under ``name`` (an ``agent_ref``).
-
-    Raises:
-        ValueError: ``name`` is already registered.
-    """
-    def deco(cls: type[Verifier]) -> type[Verifier]:
-        if name in _REGISTRY:
-            raise ValueError(f"verifier {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls()
-        return cls
-    return deco
-
-
+@functools.cache
 def get_verifier(agent_ref: str) -> Verifier:
-    """The verifier registered under ``agent_ref``.
+    """The verifier installed as ``agent_ref`` (entry-point group ``cascade_rl.verifiers``, one
+    instance per process; :mod:`common.plugins`), in this process and in every verifier worker.
 
     Raises:
-        KeyError: listing the known names.
+        KeyError: listing the installed verifiers.
     """
-    try:
-        return _REGISTRY[agent_ref]
-    except KeyError:
-        raise KeyError(f"no verifier {agent_ref!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    cls = plugins.load("verifiers", agent_ref)
+    verifier = cls()
+    verifier.name = agent_ref
+    return verifier
 
 
 def verify(response: str, row: dict[str, Any]) -> Verdict:

@@ -29,7 +29,6 @@ from validators.verifiers.registry import (
     fail,
     ground_truth,
     metadata,
-    register_verifier,
 )
 
 FENCED = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\n(.*?)\n?```\s*\Z", re.S)
@@ -71,7 +70,6 @@ def _validator(schema: Any):
     return cls(schema)
 
 
-@register_verifier("structured_output")
 class StructuredOutputVerifier(Verifier):
     """JSON Schema validation of the final answer (see the module doc)."""
 

@@ -39,7 +39,6 @@ from validators.verifiers.registry import (
     Verifier,
     fail,
     ground_truth,
-    register_verifier,
 )
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
@@ -151,7 +150,6 @@ def _perfect_matching(calls: list[Any], expected: list[Any]) -> bool:
     return len(calls) == len(expected) and all(augment(i, set()) for i in range(len(calls)))
 
 
-@register_verifier("tool_call")
 class ToolCallVerifier(Verifier):
     """BFCL-style call matching (see the module doc)."""
 

@@ -1,0 +1,211 @@
+"""Typed ``params.yaml``: one pydantic model per data step's block, ``extra="forbid"`` like the stage configs.
+
+:func:`check_params` runs before any ``cascade STEP`` does work: a typo (``treshold``) or a value out
+of its range (``threshold: 1.7``, ``pack_length: 0``) fails with one line that names the key, what
+is wrong and, for an unknown key, the closest known one. The steps still read the plain dict (the
+values are checked, not rewritten), so a valid file gives exactly the outputs it gave before.
+The ``cascade`` block is checked per stage by the runners' own configs (``cascade train``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Fraction = Field(ge=0.0, le=1.0)
+
+
+class Block(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourcesParams(Block):
+    registry: str = "corpora/sources.yaml"
+    only: list[str] | None = None                   # a reduced source set
+    options: dict[str, dict[str, Any]] = {}         # per-source option overrides
+
+
+class ExecutorParams(Block):
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None
+    num_cpus: int = Field(2, ge=1)
+    object_store_mb: int = Field(1024, ge=64)
+    block_mb: int = Field(8, ge=1)
+
+
+class AlarmParams(Block):
+    max_cluster_size: int = Field(200, ge=1)
+    max_source_loss: float = Field(0.5, ge=0.0, le=1.0)
+    on_alarm: Literal["fail", "warn"] = "fail"
+
+
+class NearParams(Block):
+    enabled: bool = True
+    shingle: Literal["word", "char"] = "word"
+    ngram: int = Field(5, ge=1)
+    threshold: float = Field(0.8, gt=0.0, le=1.0)
+    num_perm: int = Field(128, ge=1)
+    false_negative_weight: float = Field(0.95, ge=0.0, le=1.0)
+    seed: int = 1
+    scheme: Literal["affine32"] = "affine32"
+    batch_rows: int = Field(1000, ge=1)
+    workers: int = Field(2, ge=1)
+    scope: Literal["within_domain", "across_domains"] = "within_domain"
+    rl_vs_sft: bool = False
+    exempt_sources: list[str] = []
+    alarms: AlarmParams = AlarmParams()
+
+
+class DedupParams(Block):
+    normalize: bool = True
+    near: NearParams = NearParams()
+
+
+class DecontaminateParams(Block):
+    ngrams: list[int] = Field([8, 13], min_length=1)
+    min_coverage: list[float] | None = None
+    max_train_doc_freq: int = Field(50, ge=0)
+
+
+class MixParams(Block):
+    total: int = Field(ge=0)
+    weights: dict[str, float]
+
+
+class BuildParams(Block):
+    seed: int = 42
+    sft_validation_rows: int = Field(64, ge=0)
+    rl_validation_rows: int = Field(64, ge=0)
+    sft_max_rows_per_source: dict[str, int] = {}
+    rl_max_rows_per_domain: dict[str, int] = {}
+    mixes: dict[str, MixParams] = {}
+
+
+class SandboxParams(Block):
+    require: Literal["bwrap", "unshare", "rlimits"] | None = "bwrap"
+
+
+class SamplingParams(Block):
+    """The sampling knobs shared by synthesis and difficulty filtering."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(48, ge=1)
+    batch_size: int = Field(16, ge=1)
+    timeout_s: float = Field(10.0, gt=0.0)
+    threads: int | None = Field(1, ge=1)
+    max_prompt_chars: int = Field(1200, ge=1)
+    cache_dir: str
+
+
+class SynthesizeParams(SamplingParams):
+    teacher: str
+    domains: list[str]
+    prompts_per_domain: int = Field(ge=0)
+    k: int = Field(ge=1)
+    m: int = Field(ge=0)
+    thinking: bool = True
+    seed: int = 7
+    min_chars: int = Field(20, ge=0)
+    max_chars: int = Field(4000, ge=1)
+
+
+class DifficultyParams(SamplingParams):
+    model: str
+    sets: list[str]
+    max_rows_per_set: int = Field(ge=0)
+    n: int = Field(ge=1)
+    min: float = Fraction
+    max: float = Fraction
+
+
+class ExportParams(Block):
+    rows_per_shard: int = Field(5000, ge=1)
+    allow_licenses: list[str] = []
+
+
+class TokenizeParams(Block):
+    tokenizer: str
+    chat_template: str | None = None
+    max_length: int = Field(262144, ge=1)
+    overflow: Literal["reject", "truncate", "split"] = "reject"
+    batch_rows: int = Field(256, ge=1)
+    encoder: Literal["auto", "hf"] = "auto"
+    check_every: int = Field(50, ge=0)
+
+
+class PackParams(Block):
+    pack_length: int = Field(262144, ge=1)
+    pad_to_multiple_of: int = Field(1, ge=1)
+    packs_per_row_group: int = Field(8, ge=1)
+
+
+class MutantBudget(Block):
+    mutants_per_repo: int = Field(ge=1)
+    tasks_per_repo: int = Field(ge=0)
+
+
+class SWETasksParams(Block):
+    seed: int = 17
+    mbpp_problems: int = Field(0, ge=0)
+    humaneval_problems: int = Field(0, ge=0)
+    repositories: list[str] = []
+    tiny: MutantBudget
+    package: MutantBudget
+    validation_rows: int = Field(2, ge=0)
+    test_timeout_s: float = Field(60.0, gt=0.0)
+    cache_dir: str = "data/cache/swe_sources"
+
+
+class PipelineParams(Block):
+    """The whole ``params.yaml``."""
+
+    sources: SourcesParams
+    executor: ExecutorParams = ExecutorParams()
+    dedup: DedupParams
+    decontaminate: DecontaminateParams
+    build: BuildParams
+    sandbox: SandboxParams = SandboxParams()
+    synthesize: SynthesizeParams
+    difficulty: DifficultyParams
+    export: ExportParams
+    tokenize: TokenizeParams
+    pack: PackParams
+    swe_tasks: SWETasksParams
+    cascade: dict[str, Any] = {}
+
+
+def _known(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the block that ``loc`` (minus its last part) points into."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        inner = getattr(field, "annotation", None) if field else None
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return []
+        model = inner
+    return list(model.model_fields)
+
+
+def check_params(params: dict[str, Any], source: str = "params.yaml") -> dict[str, Any]:
+    """``params`` unchanged when every block is valid (see the module doc).
+
+    Raises:
+        ValueError: one line naming the first bad key of ``source``, e.g.
+            ``params.yaml dedup.near.treshold: unknown key (did you mean 'threshold'?)`` or
+            ``params.yaml dedup.near.threshold: Input should be less than or equal to 1 (got 1.7)``.
+    """
+    try:
+        PipelineParams.model_validate(params)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(err["loc"][-1]), _known(PipelineParams, err["loc"]), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{source} {where}: unknown key{hint}") from None
+        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+        raise ValueError(f"{source} {where}: {err['msg']}{got}") from None
+    return params

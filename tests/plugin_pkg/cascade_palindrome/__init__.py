@@ -1,0 +1,38 @@
+"""A plugin for cascade-rl: the ``palindrome`` verifier (reward 1 when the final answer reads the same
+backwards, letters only, case folded) and the ``copy_init`` stage runner (its checkpoint is a copy of
+its init checkpoint, plus a metrics file)."""
+
+import json
+import shutil
+from pathlib import Path
+from typing import ClassVar
+
+from stages.base import StageConfig, StageResult
+from validators.verifiers import Verdict, Verifier
+
+
+class PalindromeVerifier(Verifier):
+    def score(self, answer, row):
+        letters = [c.lower() for c in answer if c.isalpha()]
+        ok = bool(letters) and letters == letters[::-1]
+        return Verdict(float(ok), ok, "palindrome" if ok else "not a palindrome")
+
+
+class CopyInitConfig(StageConfig):
+    note: str = "copied"
+
+
+class CopyInitStage:
+    config_class: ClassVar[type[StageConfig]] = CopyInitConfig
+
+    def __init__(self, config):
+        self.cfg = config
+
+    def run(self, datasets, init_checkpoint):
+        out = self.cfg.checkpoint_dir
+        shutil.copytree(init_checkpoint, out, dirs_exist_ok=True)
+        metrics = Path(self.cfg.metrics_dir) / f"{self.cfg.name}.json"
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        summary = {"note": self.cfg.note, "datasets": list(datasets), "wall_s": 0.0}
+        metrics.write_text(json.dumps(summary))
+        return StageResult(out, metrics, summary)

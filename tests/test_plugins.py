@@ -1,0 +1,62 @@
+"""An out-of-tree plugin (``tests/plugin_pkg``: a verifier and a stage runner declared as entry points),
+installed the way a user installs one, works through the batch grader's worker processes and
+through ``cascade train``: adding a verifier or a stage is one file plus one entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN = Path(__file__).with_name("plugin_pkg")
+
+
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory):
+    site, src = tmp_path_factory.mktemp("site"), tmp_path_factory.mktemp("src") / "plugin"
+    shutil.copytree(PLUGIN, src)  # a build leaves build/ and *.egg-info beside the sources: not in the repo
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(site), str(src)], check=True,
+                   capture_output=True)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
+
+
+def test_a_plugin_verifier_grades_in_the_worker_processes(plugin_env):
+    code = ("import json; from validators.verifiers import verify_batch\n"
+            "rows = [{'uuid': 'p', 'agent_ref': 'palindrome'}] * 3\n"
+            "out = verify_batch(['<think>hmm</think>Never odd or even', 'not one', '<think>open'], rows, workers=2)\n"
+            "print(json.dumps([[v.reward, v.reason, v.error] for v in out]))")
+    proc = subprocess.run([sys.executable, "-c", code], env=plugin_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [
+        [1.0, "palindrome", None], [0.0, "not a palindrome", None],
+        [0.0, "unclosed <think> block: no final answer", None]]
+
+
+def test_a_plugin_stage_runs_through_cascade_train(plugin_env, tmp_path):
+    init = tmp_path / "init"
+    init.mkdir()
+    (init / "config.json").write_text("{}")
+    stage = {"runner": "copy_init", "datasets": [], "note": "from a plugin",
+             "checkpoint_root": str(tmp_path / "ckpt"), "metrics_dir": str(tmp_path / "metrics")}
+    params = {"sandbox": {"require": "rlimits"}, "cascade": {"model": str(init), "order": ["toy"], "stages": {"toy": stage}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    cascade = Path(sys.executable).with_name("cascade")
+    proc = subprocess.run([str(cascade), "train", "toy"], cwd=tmp_path, env=plugin_env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "ckpt" / "toy" / "config.json").read_text() == "{}"
+    assert json.loads((tmp_path / "metrics" / "toy.json").read_text())["note"] == "from a plugin"
+    typo = dict(stage, notte="x")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({**params, "cascade": {**params["cascade"],
+                                                                               "stages": {"toy": typo}}}))
+    proc = subprocess.run([str(cascade), "train", "toy"], cwd=tmp_path, env=plugin_env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "cascade.stages.toy.notte" in proc.stderr
