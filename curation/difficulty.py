@@ -47,6 +47,29 @@ def load_cache(cache: Path) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(f) for f in files]).unique("uuid", keep="last", maintain_order=True)
 
 
+def grade(rows: list[dict[str, Any]], responses: list[list[str]],
+          score: Callable[[list[str], list[dict[str, Any]]], list[Any]]) -> list[dict[str, Any]]:
+    """One :data:`RESULT_SCHEMA` dict per row from its responses and their verdicts (one ``score``
+    call for all); a verdict whose grader failed (``error``) is left out of ``pass_rate_total``.
+
+    Raises:
+        RuntimeError: ``score`` returned another number of verdicts than responses.
+    """
+    flat_rows = [row for row, rs in zip(rows, responses, strict=True) for _ in rs]
+    verdicts = score([r for rs in responses for r in rs], flat_rows)
+    if len(verdicts) != len(flat_rows):
+        raise RuntimeError(f"{len(verdicts)} verdicts for {len(flat_rows)} responses")
+    out, pos = [], 0
+    for row, rs in zip(rows, responses, strict=True):
+        vs = verdicts[pos:pos + len(rs)]
+        pos += len(rs)
+        graded = [v for v in vs if not getattr(v, "error", None)]  # the grader failed: not a 0
+        out.append({"uuid": row["uuid"], "pass_rate_total": len(graded),
+                    "pass_rate_passed": sum(bool(v.passed) for v in graded), "responses": rs,
+                    "rewards": [float(v.reward) for v in vs], "reasons": [v.reason for v in vs]})
+    return out
+
+
 def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]], list[list[str]]],
             score: Callable[[list[str], list[dict[str, Any]]], list[Any]], cache: Path,
             chunk_rows: int = 8) -> tuple[pl.DataFrame, dict[str, float]]:
@@ -58,6 +81,10 @@ def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]],
         score: ``(responses, rows) -> verdicts`` with ``.reward`` and ``.passed`` (the verifiers'
             ``verify_batch``), one verdict per response.
         cache: this (model, sampling) pair's cache directory.
+
+    Only the generations are reused from ``cache``: every cached response is graded again by
+    ``score``, so a verifier fixed since the cache was written is what decides (grading is cheap
+    next to sampling).
 
     Returns:
         (results with :data:`RESULT_SCHEMA` for every row, stats: ``generated_rows``,
@@ -74,22 +101,18 @@ def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]],
     for k, i in enumerate(tqdm(range(0, len(todo), chunk_rows), desc="pass rates", unit="chunk")):
         chunk = todo[i:i + chunk_rows]
         responses = sample(chunk)
-        flat_rows = [row for row, rs in zip(chunk, responses, strict=True) for _ in rs]
-        verdicts = score([r for rs in responses for r in rs], flat_rows)
-        if len(verdicts) != len(flat_rows):
-            raise RuntimeError(f"{len(verdicts)} verdicts for {len(flat_rows)} responses")
-        out, pos = [], 0
-        for row, rs in zip(chunk, responses, strict=True):
-            vs = verdicts[pos:pos + len(rs)]
-            pos += len(rs)
-            graded = [v for v in vs if not getattr(v, "error", None)]  # the grader failed: not a 0
-            out.append({"uuid": row["uuid"], "pass_rate_total": len(graded),
-                        "pass_rate_passed": sum(bool(v.passed) for v in graded), "responses": rs,
-                        "rewards": [float(v.reward) for v in vs], "reasons": [v.reason for v in vs]})
-            n_rollouts += len(rs)
+        out = grade(chunk, responses, score)
+        n_rollouts += sum(map(len, responses))
         write_parquet(pl.DataFrame(out, schema=RESULT_SCHEMA), cache / f"chunk-{offset + k:06d}.parquet")
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     results = load_cache(cache).filter(pl.col("uuid").is_in([r["uuid"] for r in rows]))
+    # Cached generations are graded again by today's verifiers: a stored verdict is never trusted.
+    reused = results.filter(pl.col("uuid").is_in(list(done)))
+    if len(reused):
+        by_uuid = {r["uuid"]: r for r in rows}
+        fresh = pl.DataFrame(grade([by_uuid[u] for u in reused["uuid"]], reused["responses"].to_list(), score),
+                             schema=RESULT_SCHEMA)
+        results = results.update(fresh, on="uuid")
     stats = {"generated_rows": len(todo), "rollouts": n_rollouts, "wall_s": round(elapsed, 1),
              "cpu_s": round(cpu, 1), "rollouts_per_s": round(n_rollouts / elapsed, 3) if n_rollouts else 0.0}
     if tokens_start is not None and n_rollouts:

@@ -85,3 +85,22 @@ def test_token_counts_are_per_call_when_one_sampler_serves_several_sets(tmp_path
     _, second = measure(b, sample, _score, tmp_path / "b")
     assert (first["generated_tokens"], second["generated_tokens"]) == (6, 3)
     assert first["rollouts"] == 6 and second["rollouts"] == 3
+
+
+def test_cached_generations_are_graded_again_by_the_current_verifier(tmp_path):
+    """A verdict stored with a generation is never reused: a verifier fixed (or attacked and patched)
+    since the cache was written decides, without generating again."""
+    rows = rl_table(["a", "b"]).to_dicts()
+
+    def sample(chunk):
+        return [["yes", "no"] for _ in chunk]
+
+    def buggy(responses, rows):  # pays everything
+        return [V(1.0, True, "buggy") for _ in responses]
+
+    first, _ = measure(rows, sample, buggy, tmp_path / "c")
+    assert first["pass_rate_passed"].to_list() == [2, 2]
+    again, stats = measure(rows, lambda chunk: pytest.fail("no generation expected"), _score, tmp_path / "c")
+    assert stats["generated_rows"] == 0
+    assert again["pass_rate_passed"].to_list() == [1, 1] and again["rewards"].to_list() == [[1.0, 0.0]] * 2
+    assert again["uuid"].to_list() == first["uuid"].to_list()
