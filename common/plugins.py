@@ -20,7 +20,13 @@ kind                what the entry point names                          used by
 ``advantages``      ``fn(rewards, group_size, **kwargs) -> advantages`` GRPO stages
 ``losses``          a loss function (``stages.losses`` convention)      every stage
 ``adapters``        ``fn(raw, spec, root) -> row(s)`` (``adapter:``)    ``cascade ingest``
+``domains``         the ``Verifier`` subclass grading an RL domain      schema, build, synthesis
 ==================  ==================================================  =============================
+
+The RL domains are the names of the ``domains`` group: the schema accepts exactly those (read from
+metadata, nothing imported), and a domain's verifier class says what synthesis makes of it
+(``Verifier.sft_domain``). A new domain is its verifier file plus its two lines (``verifiers`` by
+``agent_ref``, ``domains`` by domain name).
 
 Entry points are loaded lazily (on first use, then cached), so a plugin's heavy imports cost nothing
 until a row or a config names it.
@@ -34,7 +40,7 @@ from typing import Any
 
 SINGULAR = {"verifiers": "verifier", "stages": "stage runner", "rollout_engines": "rollout engine",
             "train_engines": "train engine", "environments": "environment", "advantages": "advantage estimator",
-            "losses": "loss", "adapters": "adapter"}
+            "losses": "loss", "adapters": "adapter", "domains": "RL domain"}
 KINDS = tuple(SINGULAR)
 
 

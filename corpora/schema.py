@@ -29,6 +29,8 @@ from pydantic import (
     model_validator,
 )
 
+from common import plugins
+
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
@@ -36,10 +38,12 @@ SFT_DOMAINS: tuple[str, ...] = (
     "math", "code", "science", "chat", "instruction_following", "safety",
     "conversational_agent", "swe", "long_context",
 )
-RL_DOMAINS: tuple[str, ...] = (
-    "math", "code", "instruction_following", "stem_mcqa", "tool_calling",
-    "structured_output", "rlhf", "long_context", "swe",
-)
+
+
+def rl_domains() -> tuple[str, ...]:
+    """The RL domains: the names of entry-point group ``cascade_rl.domains`` (built-ins in
+    ``pyproject.toml``; a plugin adds its own), read from package metadata, sorted."""
+    return tuple(plugins.names("domains"))
 
 
 #: uuid5 namespace of cascade-rl rows: the same source record always gets the same uuid.
@@ -213,7 +217,7 @@ class RLRow(_Strict):
     """One RL prompt in NeMo-Gym form; ``agent_ref`` names its verifier."""
 
     uuid: str
-    domain: Literal[RL_DOMAINS]  # type: ignore[valid-type]
+    domain: str  # one of rl_domains() (checked below)
     responses_create_params: ResponsesCreateParams
     agent_ref: str
     ground_truth: str = "null"
@@ -229,6 +233,14 @@ class RLRow(_Strict):
 
     _json = field_validator("ground_truth", "kwargs", "metadata")(
         lambda v, info: _check_json(v, info.field_name))
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, v: str) -> str:
+        if v not in rl_domains():
+            raise ValueError(f"unknown RL domain {v!r}; installed (entry-point group cascade_rl.domains): "
+                             f"{', '.join(rl_domains())}")
+        return v
 
 
 MODELS: dict[str, type[BaseModel]] = {"sft": SFTRow, "rl": RLRow}

@@ -12,7 +12,9 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from corpora.schema import rl_domains
 
 Fraction = Field(ge=0.0, le=1.0)
 
@@ -69,9 +71,20 @@ class DecontaminateParams(Block):
     max_train_doc_freq: int = Field(50, ge=0)
 
 
+def _installed_domains(domains: Any) -> Any:
+    """``domains`` (names, or a mapping keyed by them) when every one is an installed RL domain."""
+    unknown = sorted(set(domains) - set(rl_domains()))
+    if unknown:
+        raise ValueError(f"unknown RL domain(s) {unknown}; installed (entry-point group cascade_rl.domains): "
+                         f"{', '.join(rl_domains())}")
+    return domains
+
+
 class MixParams(Block):
     total: int = Field(ge=0)
     weights: dict[str, float]
+
+    _domains = field_validator("weights")(_installed_domains)
 
 
 class BuildParams(Block):
@@ -111,6 +124,8 @@ class SynthesizeParams(SamplingParams):
     seed: int = 7
     min_chars: int = Field(20, ge=0)
     max_chars: int = Field(4000, ge=1)
+
+    _domains = field_validator("domains")(_installed_domains)
 
 
 class DifficultyParams(SamplingParams):
@@ -206,6 +221,6 @@ def check_params(params: dict[str, Any], source: str = "params.yaml") -> dict[st
             close = difflib.get_close_matches(str(err["loc"][-1]), _known(PipelineParams, err["loc"]), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"{source} {where}: unknown key{hint}") from None
-        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
-        raise ValueError(f"{source} {where}: {err['msg']}{got}") from None
+        got = "" if err["type"] in ("missing", "value_error") else f" (got {err['input']!r})"
+        raise ValueError(f"{source} {where}: {err['msg'].removeprefix('Value error, ')}{got}") from None
     return params

@@ -24,15 +24,26 @@ from typing import Any
 
 import polars as pl
 
+from common import plugins
 from common.answers import split_reasoning
 from common.io import Rejects
 from common.text import md5_hex
 from corpora.schema import SCHEMAS, row_uuid, validate_row
 from curation.difficulty import Verdictish, prompt_chars
 
-#: RL domain of a prompt -> SFT domain of the synthesized conversation.
-SFT_DOMAIN = {"math": "math", "code": "code", "instruction_following": "instruction_following",
-              "stem_mcqa": "science", "tool_calling": "conversational_agent", "rlhf": "chat"}
+
+def sft_domain(rl_domain: str) -> str:
+    """The SFT domain of a conversation synthesized from a prompt of ``rl_domain``: the
+    ``sft_domain`` of the domain's verifier (entry-point group ``cascade_rl.domains``).
+
+    Raises:
+        ValueError: the domain is not installed, or its verifier declares no SFT domain.
+    """
+    verifier = plugins.load("domains", rl_domain)
+    if verifier.sft_domain is None:
+        raise ValueError(f"RL domain {rl_domain!r}: its verifier {verifier.__name__} declares no sft_domain, "
+                         f"so synthesis cannot use it (drop it from synthesize.domains)")
+    return verifier.sft_domain
 
 
 def format_filter(response: str, min_chars: int, max_chars: int) -> tuple[bool, str]:
@@ -97,7 +108,7 @@ def select_verified(prompts: pl.DataFrame, results: pl.DataFrame, m: int, teache
             rows.append(validate_row("sft", {
                 "uuid": row_uuid("synthesized", f"{prompt['uuid']}:{teacher}:{seed}:{i}"),
                 "messages": msgs, "tools": prompt["responses_create_params"]["tools"] or "[]",
-                "domain": SFT_DOMAIN[prompt["domain"]], "source": f"synth:{prompt['source']}",
+                "domain": sft_domain(prompt["domain"]), "source": f"synth:{prompt['source']}",
                 "source_version": prompt["source_version"], "license": prompt["license"], "generator": teacher,
                 "metadata": json.dumps({"prompt_uuid": prompt["uuid"], "sample": i, "verdict": reason,
                                         "reward": reward, "sampling": sampling, "seed": seed})}))

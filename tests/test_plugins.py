@@ -1,6 +1,7 @@
-"""An out-of-tree plugin (``tests/plugin_pkg``: a verifier and a stage runner declared as entry points),
-installed the way a user installs one, works through the batch grader's worker processes and
-through ``cascade train``: adding a verifier or a stage is one file plus one entry point."""
+"""An out-of-tree plugin (``tests/plugin_pkg``: an RL domain, its verifier and a stage runner, declared
+as entry points), installed the way a user installs one: the schema accepts its domain, synthesis
+knows its SFT domain, the batch grader's worker processes grade with it, and ``cascade train`` runs
+its stage. Adding a verifier or a stage is one file plus its entry points."""
 
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ def plugin_env(tmp_path_factory):
 
 def test_a_plugin_verifier_grades_in_the_worker_processes(plugin_env):
     code = ("import json; from validators.verifiers import verify_batch\n"
+            "from corpora.schema import rl_domains, validate_row\n"
+            "from curation.synthesize import sft_domain\n"
+            "assert 'palindromes' in rl_domains() and sft_domain('palindromes') == 'chat'\n"
+            "validate_row('rl', {'uuid': 'p', 'domain': 'palindromes', 'agent_ref': 'palindrome', 'source': 's',\n"
+            "    'source_version': '1', 'license': 'MIT', 'responses_create_params': {'input': [\n"
+            "    {'role': 'user', 'content': 'Write a palindrome.'}]}})\n"
             "rows = [{'uuid': 'p', 'agent_ref': 'palindrome'}] * 3\n"
             "out = verify_batch(['<think>hmm</think>Never odd or even', 'not one', '<think>open'], rows, workers=2)\n"
             "print(json.dumps([[v.reward, v.reason, v.error] for v in out]))")

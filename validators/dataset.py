@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from common.text import messages_column, text_hashes
-from corpora.schema import RL_DOMAINS, SFT_DOMAINS
+from corpora.schema import SFT_DOMAINS, rl_domains
 
 
 def profile(df: pl.DataFrame, kind: str) -> pl.DataFrame:
@@ -59,7 +59,7 @@ def _suite(kind: str) -> list[Any]:
             E.ExpectColumnValuesToBeInSet(column="first_role", value_set=["system", "user"]),
         ]
     return common + [
-        E.ExpectColumnValuesToBeInSet(column="domain", value_set=list(RL_DOMAINS)),
+        E.ExpectColumnValuesToBeInSet(column="domain", value_set=list(rl_domains())),
         E.ExpectColumnValuesToBeBetween(column="n_turns", min_value=1),
         E.ExpectColumnValuesToBeInSet(column="last_role", value_set=["user", "tool"]),
     ]

@@ -21,7 +21,7 @@ from corpora.adapters._common import json_value, jsonable, map_role, require, te
 from corpora.adapters.instructions import clean_kwargs
 from corpora.adapters.tools import openai_tools
 from corpora.registry import SourceSpec
-from corpora.schema import RL_DOMAINS, SFT_DOMAINS, RecordError
+from corpora.schema import SFT_DOMAINS, RecordError, rl_domains
 
 _MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id")
 
@@ -211,7 +211,7 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
         kwargs = clean_kwargs(kwargs, len(ids))
     elif kwargs is not None:
         kwargs = jsonable(json_value(kwargs, "kwargs"))
-    row_domain = next((raw[k] for k in ("domain", "category") if raw.get(k) in RL_DOMAINS), None)
+    row_domain = next((raw[k] for k in ("domain", "category") if raw.get(k) in rl_domains()), None)
     hint = f"{name} {raw.get('environment_name') or ''}".lower()
     domain = row_domain or next((d for key, d in AGENT_DOMAINS if key in hint), spec.domain)
     sampling = {k: jsonable(v) for k, v in rcp.items() if k not in ("input", "tools") and v is not None}

@@ -45,8 +45,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from common.answers import row_json
 from corpora.swe_tools import TOOL_NAMES
 from validators.swe.workspace import copy_repo, run_in_workspace, run_tests, tempdir
+from validators.verifiers.registry import Verdict, Verifier
 from validators.verifiers.sandbox import Limits
 from validators.verifiers.tool_call import parse_calls
 
@@ -194,6 +196,17 @@ def restore_tests(workdir: Path, original: Path, test_files: list[str]) -> list[
     return sorted(changed)
 
 
+class SWEVerifier(Verifier):
+    """SWE rows (``agent_ref`` ``swe``): graded by whole agent episodes (:meth:`SWEEnvironment.grade`),
+    so single-response :meth:`verify` refuses (ValueError); :meth:`check` validates the task."""
+
+    def check(self, row: dict[str, Any]) -> None:
+        SWEEnvironment.task(row)
+
+    def score(self, answer: str, row: dict[str, Any]) -> Verdict:
+        raise ValueError("swe rows are graded by agent episodes: use validators.swe.environment.run_episodes")
+
+
 class SWEEnvironment:
     """Episodes of SWE task rows (``agent_ref`` ``swe``): workspaces, tools, grading.
 
@@ -205,10 +218,12 @@ class SWEEnvironment:
     def __init__(self, root: str | Path, cfg: AgentConfig | None = None):
         self.root, self.cfg = Path(root), cfg or AgentConfig()
 
-    def task(self, row: dict[str, Any]) -> dict[str, Any]:
+    @staticmethod
+    def task(row: dict[str, Any]) -> dict[str, Any]:
         """The row's ground truth. Raises ValueError naming the row and the missing field."""
-        gt = row["ground_truth"]
-        gt = json.loads(gt) if isinstance(gt, str) else gt
+        gt = row_json(row, "ground_truth")
+        if not isinstance(gt, dict):
+            raise ValueError(f"row {row.get('uuid')!r}: ground_truth must be a JSON object")
         missing = [k for k in ("FAIL_TO_PASS", "PASS_TO_PASS") if k not in gt]
         if "snapshot" not in gt and "base_commit" not in gt:
             missing.append("snapshot or base_commit")

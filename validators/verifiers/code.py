@@ -233,6 +233,8 @@ def check_spec(spec: Any) -> None:
 class CodeVerifier(Verifier):
     """Sandboxed execution; reward 1 only if every test passes (see the module doc)."""
 
+    sft_domain = "code"
+
     def check(self, row: dict[str, Any]) -> None:
         try:
             check_spec(ground_truth(row))

@@ -218,6 +218,8 @@ class GenRMVerifier(Verifier):
     """RLHF rows: rewards need the judge model, so single-response :meth:`verify` refuses
     (ValueError); stage runners call :func:`pair_indices`, the judge, then :func:`group_rewards`."""
 
+    sft_domain = "chat"
+
     def check(self, row: dict[str, Any]) -> None:
         params = row.get("responses_create_params") or {}
         if not any(m.get("role") == "user" for m in params.get("input") or []):

@@ -369,6 +369,8 @@ def _row_specs(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 class InstructionFollowingVerifier(Verifier):
     """IFEval / IFBench constraints (see the module doc)."""
 
+    sft_domain = "instruction_following"
+
     def check(self, row: dict[str, Any]) -> None:
         for i, (iid, kw) in enumerate(_row_specs(row)):
             try:

@@ -157,6 +157,8 @@ def _parse(text: str) -> list[Any]:
 class MathVerifier(Verifier):
     """math-verify against ``ground_truth.answer`` (see the module doc)."""
 
+    sft_domain = "math"
+
     def check(self, row: dict[str, Any]) -> None:
         gt = ground_truth(row, "answer")
         if not isinstance(gt["answer"], str) or not gt["answer"].strip():
@@ -202,6 +204,8 @@ def _rg_entry(generator: str, seed: int, index: int) -> tuple[Any, dict[str, Any
 
 class ReasoningGymVerifier(Verifier):
     """reasoning-gym's ``score_answer`` on the rebuilt entry (see the module doc)."""
+
+    sft_domain = "math"
 
     def check(self, row: dict[str, Any]) -> None:
         gt = ground_truth(row, "answer", "generator", "seed", "index", "version")

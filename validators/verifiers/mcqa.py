@@ -83,6 +83,8 @@ def extract_choice(answer: str, letters: str, output_regex: str | None = None, l
 class MCQAVerifier(Verifier):
     """Letter match against ``ground_truth.answer`` (see the module doc)."""
 
+    sft_domain = "science"
+
     def check(self, row: dict[str, Any]) -> None:
         gt = ground_truth(row, "answer", "options")
         if not isinstance(gt["options"], dict) or gt["answer"] not in gt["options"]:

@@ -77,6 +77,9 @@ class Verifier:
     (grading of the final answer). :meth:`verify` strips reasoning and calls both."""
 
     name: str = ""
+    #: SFT domain of a conversation synthesized from rows of the RL domain this verifier grades
+    #: (entry-point group ``cascade_rl.domains``); None: synthesis does not use that domain.
+    sft_domain: str | None = None
 
     def check(self, row: dict[str, Any]) -> None:
         """Raise ValueError (naming the row and field) when ``row``'s verifier spec is invalid."""

@@ -153,6 +153,8 @@ def _perfect_matching(calls: list[Any], expected: list[Any]) -> bool:
 class ToolCallVerifier(Verifier):
     """BFCL-style call matching (see the module doc)."""
 
+    sft_domain = "conversational_agent"
+
     def check(self, row: dict[str, Any]) -> None:
         calls = ground_truth(row, "calls")["calls"]
         uid = row.get("uuid")

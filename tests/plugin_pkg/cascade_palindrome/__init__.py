@@ -1,6 +1,7 @@
-"""A plugin for cascade-rl: the ``palindrome`` verifier (reward 1 when the final answer reads the same
-backwards, letters only, case folded) and the ``copy_init`` stage runner (its checkpoint is a copy of
-its init checkpoint, plus a metrics file)."""
+"""A plugin for cascade-rl: the ``palindromes`` RL domain graded by the ``palindrome`` verifier (reward 1
+when the final answer reads the same backwards, letters only, case folded; synthesized conversations
+are ``chat``) and the ``copy_init`` stage runner (its checkpoint is a copy of its init checkpoint,
+plus a metrics file)."""
 
 import json
 import shutil
@@ -12,6 +13,8 @@ from validators.verifiers import Verdict, Verifier
 
 
 class PalindromeVerifier(Verifier):
+    sft_domain = "chat"
+
     def score(self, answer, row):
         letters = [c.lower() for c in answer if c.isalpha()]
         ok = bool(letters) and letters == letters[::-1]
