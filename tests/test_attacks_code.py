@@ -80,9 +80,9 @@ def test_a_fork_bomb_cannot_fail_a_concurrent_correct_sample():
 def test_a_sandbox_that_cannot_start_is_an_error_of_the_grader_never_a_zero():
     # one process allowed: bubblewrap (or the interpreter's helpers) cannot fork, so the solution's
     # code never runs: reported, retried once, never scored as the solution's failure
-    res = run_tests(HONEST_ADD, SPECS["function_call"], Limits(timeout_s=2, nproc=1))
     if isolation() == "rlimits":
         pytest.skip("without a namespace launcher one process is enough to start")
+    res = run_tests(HONEST_ADD, SPECS["function_call"], Limits(timeout_s=2, nproc=1))
     assert res.status == "sandbox_error" and not res.passed
 
 
