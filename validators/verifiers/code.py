@@ -203,11 +203,12 @@ def run_tests(code: str, spec: dict[str, Any], limits: Limits = DEFAULT_LIMITS) 
     if mode == "check_candidate":
         imports = [ln for ln in spec.get("prompt", "").splitlines() if re.match(r"(from\s+\S+\s+)?import\s", ln)]
         code = "\n".join(imports + [code])
-    for _ in range(2):
+    for attempt in range(2):
+        if attempt:
+            time.sleep(0.5)
         res = _stdin_stdout(code, spec["tests"], limits) if mode == "stdin_stdout" else _graded(code, spec, limits)
         if res.status != "sandbox_error":
             break
-        time.sleep(0.5)
     return res
 
 

@@ -1,5 +1,5 @@
 """The grader side of the code verifier, run in ITS OWN sandbox, apart from the solution (standard
-library only; shipped as a file with ``code_wire.py``; the host imports it only for :func:`values_match`).
+library only; shipped as a file with ``code_wire.py``; never imported by the host).
 
 Usage: ``python -I -S code_grader.py TO_SOLUTION_FD FROM_SOLUTION_FD`` with the test spec
 (``{mode, tests, setup_code, test, prompt, entry_point}``) as JSON on stdin. It writes JSON lines

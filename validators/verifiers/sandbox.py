@@ -257,9 +257,9 @@ class _Launched:
 
     def finish(self, status: str | None, out: bytes, err: bytes) -> RunResult:
         """Kill what is left of the group, reap, remove the work directory."""
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
         if self.proc is None:
+            if self.workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
             return RunResult("sandbox_error", None, b"", self.error, 0.0, self.mode)
         _kill_group(self.proc.pid, wait_s=0.0)  # the leader becomes a zombie; its group stays addressable
         self.proc.wait()
@@ -268,7 +268,7 @@ class _Launched:
         # kernel (pid namespace), but its processes are already dead to the world (SIGKILL cannot
         # be caught or outlived by a fork), so the grader moves on.
         _kill_group(self.proc.pid, wait_s=0.05)
-        if self.workdir:  # again: the program may have written into it until killed
+        if self.workdir:  # only now: the program may have written into it until killed
             shutil.rmtree(self.workdir, ignore_errors=True)
         rc = self.proc.returncode
         if status is None:
