@@ -1,14 +1,15 @@
 """GRPO step time against TRL's GRPOTrainer, and SFT throughput on packed vs padded rows.
 
     python -m benchmarks.grpo [--only grpo|sft] [--threads 1] [--steps 5] [--prompts 4] [--group 8]
-                              [--max-new-tokens 32] [--sft-rows 96]
+                              [--max-new-tokens 32] [--model tiny|DIR] [--engine hf|vllm] [--sft-rows 96]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.parquet`` and TRL
 (``pip install -e .[bench]``). Prints two tables:
 
 1. one GRPO step (generate ``prompts x group`` responses of ``max-new-tokens`` tokens, reward,
    advantages, one forward/backward, one AdamW step) with the same tiny Llama built from a config
-   (SmolLM2 tokenizer), same prompts, batch and lengths: ``stages.grpo.GRPOStage`` against
+   (SmolLM2 tokenizer; ``--model DIR``: that checkpoint, e.g. SmolLM2-135M-Instruct), same prompts,
+   batch and lengths: ``stages.grpo.GRPOStage`` (rollouts on ``--engine``) against
    ``trl.GRPOTrainer`` (``use_vllm=False``, ``bf16=False``, ``beta=0``, one generation per step).
    Both sample with HF ``generate``; dynamic filtering and truncation masking are off in ours so
    both train on every response. Median seconds per step after one warm-up step.
@@ -67,7 +68,7 @@ def ours(tok, model_dir: Path, work: Path, a) -> list[float]:
     table = rl_table(PROMPTS[:a.prompts])
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
-    cfg = GRPOConfig(name="bench", runner="grpo", datasets=[str(work / "set")], steps=a.steps + 1,
+    cfg = GRPOConfig(name="bench", runner="grpo", rollout_engine=a.engine, datasets=[str(work / "set")], steps=a.steps + 1,
                      prompts_per_step=a.prompts, group_size=a.group, micro_batch_size=a.prompts * a.group,
                      dynamic_filtering=False, mask_truncated=False,
                      sampling={"max_new_tokens": a.max_new_tokens, "batch_size": a.prompts * a.group},
@@ -175,15 +176,27 @@ def load_note() -> str:
     return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def bench_model(tok, a, path: Path, seed: int = 0, hidden: int | None = None) -> str:
+    """Write the benchmark's model to ``path`` (``--model tiny``: a Llama built from a config; else a
+    copy of the HF checkpoint ``--model``); returns its description."""
+    import shutil
+
+    if a.model == "tiny":
+        tiny_model(tok, hidden or a.hidden, 2, seed).save_pretrained(path)
+        tok.save_pretrained(path)
+        return f"Llama hidden {hidden or a.hidden} x 2 layers"
+    shutil.copytree(a.model, path)
+    return Path(a.model).name
+
+
 def grpo_table(tok, a, console: Console) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        tiny_model(tok, a.hidden, 2).save_pretrained(work / "model")
-        tok.save_pretrained(work / "model")
+        model = bench_model(tok, a, work / "model")
         ours_t = ours(tok, work / "model", work, a)
         trl_t = trl(tok, work / "model", work, a)
     t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, "
-                    f"Llama hidden {a.hidden} x 2 layers, {a.steps} timed steps, {a.threads} thread(s)")
+                    f"{model}, ours on the {a.engine} engine, {a.steps} timed steps, {a.threads} thread(s)")
     for col in ("implementation", "median s/step", "min s/step", "steps/s"):
         t.add_column(col, justify="right" if col != "implementation" else "left")
     for name, times in (("cascade-rl stages.grpo", ours_t), ("trl.GRPOTrainer", trl_t)):
@@ -220,6 +233,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--model", default="tiny", help="tiny (a Llama of --hidden) or an HF checkpoint dir (SmolLM2)")
+    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="our rollout engine")
     ap.add_argument("--sft-rows", type=int, default=96)
     ap.add_argument("--pack-length", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=4)

@@ -1,12 +1,14 @@
 """MOPD step time against TRL's on-policy ``DistillationTrainer``, same tiny student, teacher and batch.
 
     python -m benchmarks.mopd [--steps 5] [--prompts 4] [--rollouts 4] [--max-new-tokens 32]
+                              [--model tiny|DIR] [--engine hf|vllm]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer) and TRL (``pip install -e .[bench]``).
 Student: Llama hidden ``--hidden`` x 2 layers; teacher: hidden ``2 * --hidden`` x 2 layers; both
-built from a config with the SmolLM2 tokenizer (49,152 tokens). One step = sample ``prompts x
-rollouts`` responses of ``max-new-tokens`` tokens from the student (HF ``generate``, temperature 1,
-top-p 1), score them with the teacher, one forward/backward, one AdamW step:
+built from a config with the SmolLM2 tokenizer (49,152 tokens); ``--model DIR``: that checkpoint as
+both. One step = sample ``prompts x rollouts`` responses of ``max-new-tokens`` tokens from the
+student (ours: ``--engine``; TRL: HF ``generate``; temperature 1, top-p 1), score them with the
+teacher, one forward/backward, one AdamW step (ours: and the weight push to a vllm engine):
 
 - ``stages.mopd.MOPDStage``: sampled-token reverse KL with ICE-POP weights (recipe §MOPD), the
   teacher kept loaded (one teacher), validation off;
@@ -28,7 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.grpo import ASSET, PROMPTS, tiny_model
+from benchmarks.grpo import ASSET, PROMPTS, bench_model
 
 
 def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, float]]:
@@ -41,7 +43,7 @@ def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, fl
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
     n = a.prompts * a.rollouts
-    cfg = MOPDConfig(name="bench", runner="mopd", datasets=[str(work / "set")], steps=a.steps + 1,
+    cfg = MOPDConfig(name="bench", runner="mopd", rollout_engine=a.engine, datasets=[str(work / "set")], steps=a.steps + 1,
                      prompts_per_step=a.prompts, rollouts_per_prompt=a.rollouts, micro_batch_size=n,
                      teachers={"bench": str(teacher_dir)}, sampling={"max_new_tokens": a.max_new_tokens,
                                                                      "batch_size": n},
@@ -81,20 +83,22 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--model", default="tiny", help="tiny (Llamas of --hidden / 2x --hidden) or an HF checkpoint "
+                                                     "dir used as student and teacher (SmolLM2)")
+    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="our rollout engine")
     a = ap.parse_args()
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(ASSET)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name, hidden, seed in (("student", a.hidden, 0), ("teacher", 2 * a.hidden, 1)):
-            tiny_model(tok, hidden, 2, seed).save_pretrained(work / name)
-            tok.save_pretrained(work / name)
+        student = bench_model(tok, a, work / "student", 0, a.hidden)
+        teacher = bench_model(tok, a, work / "teacher", 1, 2 * a.hidden)
         ours_rows = ours(work / "student", work / "teacher", work, a)
         ours_t = [r["step_s"] for r in ours_rows]
         trl_t = trl(tok, work / "student", work / "teacher", work, a)
     t = Table(title=f"on-policy distillation step: {a.prompts} prompts x {a.rollouts} rollouts x {a.max_new_tokens} "
-                    f"new tokens; student Llama hidden {a.hidden} x 2, teacher hidden {2 * a.hidden} x 2; "
+                    f"new tokens; student {student}, teacher {teacher}, ours on the {a.engine} engine; "
                     f"{a.steps} timed steps")
     for col in ("implementation", "objective", "median s/step", "min s/step", "steps/s"):
         t.add_column(col, justify="left" if col in ("implementation", "objective") else "right")

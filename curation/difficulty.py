@@ -166,23 +166,25 @@ def policy_sampler(model_dir: str, engine: str, sampling: dict[str, Any], n: int
                    seed: int | None = None, threads: int | None = 1
                    ) -> Callable[[list[dict[str, Any]]], list[list[str]]]:
     """``rows -> n responses each`` with the model in ``model_dir`` through the stage runners'
-    rollout engine ``engine``, on the prompt the RL stages train on
-    (:class:`stages.environment.PromptBuilder`: chat template, tools in a system turn when the
-    template ignores ``tools``; ``enable_thinking`` passed to templates that read it).
-    ``sample.generated_tokens`` counts the response tokens sampled so far. With ``seed`` the torch
-    RNG is seeded from it and the rows' uuids before each call, so a batch samples the same way
-    whatever was generated before it. ``threads``: torch intra-op threads while sampling (restored
-    after; ``None``: the process setting). The default 1 is measured: on 2 shared cores, 2 threads
-    spin-waiting burned 106 CPU-s where 1 thread needed 16.5 for the same 16 rollouts."""
+    rollout engine ``engine`` (``auto`` | ``hf`` | ``vllm``), started once here; ``sample.close()``
+    stops it. Prompts are the ones the RL stages train on (:class:`stages.environment.PromptBuilder`:
+    chat template, tools in a system turn when the template ignores ``tools``; ``enable_thinking``
+    passed to templates that read it). ``sample.generated_tokens`` counts the response tokens
+    sampled so far. With ``seed`` each call's samples are a function of the seed and the rows'
+    uuids, so a batch samples the same way whatever was generated before it. ``threads``: torch
+    intra-op threads while the hf engine samples (restored after; ``None``: the process setting).
+    The default 1 is measured: on 2 shared cores, 2 threads spin-waiting burned 106 CPU-s where 1
+    thread needed 16.5 for the same 16 rollouts. The vllm engine binds its own process's threads."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from stages.environment import PromptBuilder
-    from stages.rollout import SamplingConfig, make_rollout_engine
+    from stages.rollout import SamplingConfig, make_rollout_engine, resolve_engine_name
     from stages.runtime import torch_threads
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    engine = resolve_engine_name(engine)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) if engine == "hf" else None
     rollout = make_rollout_engine(engine, model, tokenizer, SamplingConfig(**sampling), model_path=model_dir)
     builder = PromptBuilder(tokenizer, max_prompt_tokens=10**9)
 
@@ -193,15 +195,17 @@ def policy_sampler(model_dir: str, engine: str, sampling: dict[str, Any], n: int
             prompts.append(list(tokenizer.apply_chat_template(chat, tools=tools, add_generation_prompt=True,
                                                               tokenize=True, return_dict=False,
                                                               enable_thinking=thinking)))
+        call_seed = None
         if seed is not None:
             digest = hashlib.sha256(f"{seed}:{','.join(r['uuid'] for r in rows)}".encode()).hexdigest()
-            torch.manual_seed(int(digest[:15], 16))
+            call_seed = int(digest[:15], 16)
         with torch_threads(threads):
-            out = rollout.generate(prompts, n)
+            out = rollout.generate(prompts, n, seed=call_seed)
         sample.generated_tokens += sum(map(len, out.response_ids))  # type: ignore[attr-defined]
         return [out.texts[i * n:(i + 1) * n] for i in range(len(rows))]
 
     sample.generated_tokens = 0  # type: ignore[attr-defined]
+    sample.close = rollout.close  # type: ignore[attr-defined]
     return sample
 
 

@@ -103,7 +103,8 @@ class SandboxParams(Block):
 class SamplingParams(Block):
     """The sampling knobs shared by synthesis and difficulty filtering."""
 
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: Literal["auto", "hf", "vllm"] = "auto"   # auto: vllm where installed, else hf
+    vllm: dict[str, Any] = Field(default_factory=dict)  # stages.rollout.VLLMOptions (dtype, enforce_eager, ...)
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(48, ge=1)

@@ -155,6 +155,18 @@ def step_build(params: dict[str, Any]) -> dict[str, Any]:
 FILTERED = Path("data/filtered")
 
 
+def sampling_config(p: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`stages.rollout.SamplingConfig` fields of a synthesize / difficulty params block."""
+    return {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size", "vllm") if k in p}
+
+
+def engine_name(p: dict[str, Any]) -> str:
+    """The rollout engine a params block resolves to on this machine (part of the generation cache key)."""
+    from stages.rollout import resolve_engine_name
+
+    return resolve_engine_name(p.get("engine", "auto"))
+
+
 def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``."""
     from curation.difficulty import (
@@ -170,18 +182,23 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
 
     p = params["difficulty"]
     require_sandbox(params)
-    sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
-    cache = Path(p["cache_dir"]) / cache_key(Path(p["model"]).name, sampling, int(p["n"]))
+    sampling = sampling_config(p)
+    cache = Path(p["cache_dir"]) / cache_key(Path(p["model"]).name, {**sampling, "engine": engine_name(p)}, int(p["n"]))
     sample = policy_sampler(p["model"], p["engine"], sampling, int(p["n"]), threads=p.get("threads", 1))
 
     def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
         return verify_batch(responses, rows, timeout_s=float(p["timeout_s"]), workers=2)
 
     rejects, rows_in, rows_out, stats, rates = Rejects("difficulty"), 0, 0, {}, {}
-    for name in p["sets"]:
-        train = _load(SETS / "rl" / name / "train.parquet")
-        todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), int(p["max_rows_per_set"]))
-        results, st = measure(todo.to_dicts(), sample, score, cache)
+    measured = {}
+    try:  # one engine for every set, stopped before the outputs are written
+        for name in p["sets"]:
+            train = _load(SETS / "rl" / name / "train.parquet")
+            todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), int(p["max_rows_per_set"]))
+            measured[name] = (train, todo, skipped, measure(todo.to_dicts(), sample, score, cache))
+    finally:
+        sample.close()
+    for name, (train, todo, skipped, (results, st)) in measured.items():
         kept, dropped = apply_pass_rates(todo, results, float(p["min"]), float(p["max"]))
         rejects.extend_frame(dropped)
         rejects.extend_frame(skipped.with_columns(
@@ -207,7 +224,7 @@ def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
 
     p = params["synthesize"]
     require_sandbox(params)
-    sampling = {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size")}
+    sampling = sampling_config(p)
     teacher = Path(p["teacher"]).name
     prompts = select_prompts(_load(INGESTED / "rl.parquet"), p["domains"], int(p["prompts_per_domain"]),
                              int(p["max_prompt_chars"]), int(p["seed"]))
@@ -215,9 +232,12 @@ def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
                             seed=int(p["seed"]), threads=p.get("threads", 1))
     score = verified_or_formatted(int(p["min_chars"]), int(p["max_chars"]), float(p["timeout_s"]))
 
-    cache = Path(p["cache_dir"]) / cache_key(teacher, {**sampling, "thinking": p["thinking"], "seed": p["seed"]},
-                                             int(p["k"]))
-    results, st = measure(prompts.to_dicts(), sample, score, cache)
+    cache = Path(p["cache_dir"]) / cache_key(teacher, {**sampling, "thinking": p["thinking"], "seed": p["seed"],
+                                                       "engine": engine_name(p)}, int(p["k"]))
+    try:
+        results, st = measure(prompts.to_dicts(), sample, score, cache)
+    finally:
+        sample.close()
     rejects = Rejects("synthesize")
     rows, stats = select_verified(prompts, results, int(p["m"]), teacher, sampling, int(p["seed"]), rejects)
     out = pl.from_dicts(rows, schema=empty_sft().schema) if rows else empty_sft()

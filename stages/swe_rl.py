@@ -39,7 +39,8 @@ from stages.grpo import (
     optimizer_step,
     select_for_training,
 )
-from stages.rollout import Rollouts, make_rollout_engine
+from stages.onpolicy import check_weights_version
+from stages.rollout import Rollouts
 from stages.runtime import BatchCycle, StageRun
 from stages.swe_policy import ModelPolicy
 from validators.swe.environment import (
@@ -126,7 +127,7 @@ class SWERLStage:
         with StageRun(cfg, datasets, init_checkpoint) as run:
             engine, tok = run.engine, run.tokenizer
             builder = PromptBuilder(tok, cfg.max_prompt_tokens)
-            rollout = make_rollout_engine(cfg.rollout_engine, engine.module, tok, cfg.sampling, str(init_checkpoint))
+            rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
             items, too_long = self._items(datasets, "train", builder, cfg.max_rows_per_dataset)
             if not items:
                 raise ValueError(f"stage {cfg.name}: no SWE task in {[str(d) for d in datasets]} "
@@ -140,6 +141,7 @@ class SWERLStage:
                 t0 = time.perf_counter()
                 batch = batches.next()
                 group = [b for b in batch for _ in range(cfg.group_size)]
+                check_weights_version(rollout.weights_version, run.updates, cfg.name)
                 with engine.gathered():
                     results = self._episodes(policy, group)
                 t_episodes = time.perf_counter() - t0

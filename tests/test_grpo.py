@@ -149,7 +149,7 @@ def _stage_setup(tmp_path, tok, prompts, **over):
     table = rl_table(prompts)
     for split in ("train", "validation"):
         write_parquet(table, tmp_path / "set" / f"{split}.parquet")
-    cfg = {"name": "toy_rl", "runner": "grpo", "datasets": [str(tmp_path / "set")], "seed": 0,
+    cfg = {"name": "toy_rl", "runner": "grpo", "datasets": [str(tmp_path / "set")], "seed": 0, "rollout_engine": "hf",
            "checkpoint_root": str(tmp_path / "ckpt"), "metrics_dir": str(tmp_path / "metrics"),
            "plots_dir": str(tmp_path / "plots"), "eval": {"datasets": [str(tmp_path / "set")], "rows": 1,
                                                           "max_new_tokens": 2}, **over}
@@ -231,3 +231,35 @@ def test_every_installed_estimator_and_environment_runs_through_grpo_with_its_ow
     (row,) = list(csv.DictReader((tmp_path / "plots" / "toy_rl.csv").open()))
     assert math.isfinite(float(row["loss"])) and float(row["trained_samples"]) == 4.0
     assert result.checkpoint.is_dir()
+
+
+class _SkipsSync(HFRolloutEngine):
+    """A sampler whose weight sync is lost: it keeps reporting the weights it started with."""
+
+    def sync_weights(self, model):
+        pass
+
+
+class _Skewed(HFRolloutEngine):
+    """A sampler whose log-probs are off by 0.1 nats (another dtype, a forgotten temperature, ...)."""
+
+    def generate(self, *args, **kwargs):
+        ro = super().generate(*args, **kwargs)
+        ro.logprobs = [[x + 0.1 for x in row] for row in ro.logprobs]
+        return ro
+
+
+@pytest.mark.parametrize(("engine_class", "match"), [
+    (_SkipsSync, r"weights version 0, but the trainer has taken 1 optimizer steps"),
+    (_Skewed, r"logprob_diff 0\.1 nats/token > sampling\.max_logprob_diff 0\.01")])
+def test_an_off_policy_sampler_fails_the_stage_loudly(tmp_path, tok, monkeypatch, engine_class, match):
+    from stages import rollout
+    from stages.onpolicy import OffPolicyError
+
+    monkeypatch.setattr(rollout, "make_rollout_engine", lambda name, model, tok_, sampling, path: engine_class(
+        model, tok_, sampling))
+    _, cfg = _stage_setup(tmp_path, tok, ["Say yes.", "Say no."], steps=2, prompts_per_step=2, group_size=2,
+                          dynamic_filtering=False, mask_truncated=False, sampling={"max_new_tokens": 2},
+                          eval={"datasets": []})
+    with pytest.raises(OffPolicyError, match=match):
+        GRPOStage(cfg, environment=StartsWith("a")).run(cfg.datasets, tmp_path / "init")

@@ -50,7 +50,8 @@ def _set(path, domain, prompts=PROMPTS):
 
 
 def _common(tmp_path, name, **over):
-    return {"name": name, "seed": 0, "checkpoint_root": str(tmp_path / "ckpt"), "metrics_dir": str(tmp_path / "m"),
+    return {"name": name, "seed": 0, "rollout_engine": "hf",
+            "checkpoint_root": str(tmp_path / "ckpt"), "metrics_dir": str(tmp_path / "m"),
             "plots_dir": str(tmp_path / "p"), **over}
 
 

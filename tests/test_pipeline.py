@@ -46,7 +46,7 @@ def repo_copy(tmp_path_factory, qwen3_tokenizer_dir):
     params["build"]["mixes"] = {}  # the reduced set lacks the MCQ/tool/structured domains they draw from
     _tiny_teacher(dst / "tiny-teacher", qwen3_tokenizer_dir)
     params["synthesize"].update(teacher="tiny-teacher", domains=["math", "code"], prompts_per_domain=2, k=2,
-                                max_new_tokens=16)
+                                max_new_tokens=16, engine="hf")  # a head_dim-4 model: vLLM's CPU kernels refuse it
     (dst / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1"}

