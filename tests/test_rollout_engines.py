@@ -161,6 +161,8 @@ def test_vllm_interface_equals_the_hf_engines(vllm_setup, tok):
     assert any(r[-1] in engine.eos and not t for r, t in zip(ended.response_ids, ended.truncated, strict=True))
     with pytest.raises(ValueError, match="empty prompt"):
         engine.generate([[]], n=1)
+    many = [prompts[2] + [i] for i in range(16)]  # 2.7K prompt tokens, seeded: over a 2048-token prefill chunk
+    assert len(engine.generate(many, n=2, max_new_tokens=2, seed=3)) == 32
 
 
 class StartsWith:
