@@ -1,7 +1,7 @@
 """GRPO step time against TRL's GRPOTrainer, and SFT throughput on packed vs padded rows.
 
     python -m benchmarks.grpo [--only grpo|sft] [--threads 1] [--steps 5] [--prompts 4] [--group 8]
-                              [--max-new-tokens 32] [--model tiny|DIR] [--engine hf|vllm] [--sft-rows 96]
+                              [--max-new-tokens 32] [--model tiny|DIR] [--engines hf vllm] [--sft-rows 96]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.parquet`` and TRL
 (``pip install -e .[bench]``). Prints two tables:
@@ -9,7 +9,7 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
 1. one GRPO step (generate ``prompts x group`` responses of ``max-new-tokens`` tokens, reward,
    advantages, one forward/backward, one AdamW step) with the same tiny Llama built from a config
    (SmolLM2 tokenizer; ``--model DIR``: that checkpoint, e.g. SmolLM2-135M-Instruct), same prompts,
-   batch and lengths: ``stages.grpo.GRPOStage`` (rollouts on ``--engine``) against
+   batch and lengths: ``stages.grpo.GRPOStage`` (rollouts on each of ``--engines``) against
    ``trl.GRPOTrainer`` (``use_vllm=False``, ``bf16=False``, ``beta=0``, one generation per step).
    Both sample with HF ``generate``; dynamic filtering and truncation masking are off in ours so
    both train on every response. Median seconds per step after one warm-up step.
@@ -59,7 +59,7 @@ def reward(text: str) -> float:
     return float(len(text) % 2 == 0)
 
 
-def ours(tok, model_dir: Path, work: Path, a) -> list[float]:
+def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[float]:
     from common.io import write_parquet
     from stages.environment import FunctionEnvironment
     from stages.grpo import GRPOConfig, GRPOStage
@@ -68,7 +68,8 @@ def ours(tok, model_dir: Path, work: Path, a) -> list[float]:
     table = rl_table(PROMPTS[:a.prompts])
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
-    cfg = GRPOConfig(name="bench", runner="grpo", rollout_engine=a.engine, datasets=[str(work / "set")], steps=a.steps + 1,
+    cfg = GRPOConfig(name=f"bench_{engine}", runner="grpo", rollout_engine=engine, datasets=[str(work / "set")],
+                     steps=a.steps + 1,
                      prompts_per_step=a.prompts, group_size=a.group, micro_batch_size=a.prompts * a.group,
                      dynamic_filtering=False, mask_truncated=False,
                      sampling={"max_new_tokens": a.max_new_tokens, "batch_size": a.prompts * a.group},
@@ -78,7 +79,7 @@ def ours(tok, model_dir: Path, work: Path, a) -> list[float]:
     GRPOStage(cfg, environment=env).run(cfg.datasets, model_dir)
     import csv
 
-    return [float(r["step_s"]) for r in csv.DictReader((work / "p" / "bench.csv").open())][1:]
+    return [float(r["step_s"]) for r in csv.DictReader((work / "p" / f"bench_{engine}.csv").open())][1:]
 
 
 def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
@@ -193,18 +194,20 @@ def grpo_table(tok, a, console: Console) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = bench_model(tok, a, work / "model")
-        ours_t = ours(tok, work / "model", work, a)
+        ours_t = {engine: ours(tok, work / "model", work, a, engine) for engine in a.engines}
         trl_t = trl(tok, work / "model", work, a)
     t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, "
-                    f"{model}, ours on the {a.engine} engine, {a.steps} timed steps, {a.threads} thread(s)")
+                    f"{model}, {a.steps} timed steps, {a.threads} thread(s)")
     for col in ("implementation", "median s/step", "min s/step", "steps/s"):
         t.add_column(col, justify="right" if col != "implementation" else "left")
-    for name, times in (("cascade-rl stages.grpo", ours_t), ("trl.GRPOTrainer", trl_t)):
+    rows = [(f"cascade-rl stages.grpo ({e} engine)", times) for e, times in ours_t.items()]
+    for name, times in [*rows, ("trl.GRPOTrainer (HF generate)", trl_t)]:
         med = statistics.median(times)
         t.add_row(name, f"{med:.3f}", f"{min(times):.3f}", f"{1 / med:.2f}")
     console.print(t)
-    console.print(f"ours / TRL median step time: {statistics.median(ours_t) / statistics.median(trl_t):.2f} "
-                  f"({load_note()})")
+    for engine, times in ours_t.items():
+        console.print(f"ours ({engine}) / TRL median step time: {statistics.median(times) / statistics.median(trl_t):.2f}")
+    console.print(load_note())
 
 
 def sft_table(tok, a, console: Console) -> None:
@@ -234,7 +237,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--model", default="tiny", help="tiny (a Llama of --hidden) or an HF checkpoint dir (SmolLM2)")
-    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="our rollout engine")
+    ap.add_argument("--engines", nargs="+", default=["hf"], choices=("hf", "vllm"), help="our rollout engine(s)")
     ap.add_argument("--sft-rows", type=int, default=96)
     ap.add_argument("--pack-length", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=4)
