@@ -26,6 +26,7 @@ vllm in the first dtype, hf the best thread count).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -62,8 +63,9 @@ def real_prompts(tok, count: int, max_tokens: int = 256) -> list[list[int]]:
     return out
 
 
+@functools.cache
 def matmul_flops(dtype: torch.dtype, size: int = 1024, reps: int = 8) -> float:
-    """Measured dense GEMM throughput (FLOP/s) in ``dtype`` on all of this process's cores."""
+    """Measured dense GEMM throughput (FLOP/s) in ``dtype`` on all of this process's cores (once per dtype)."""
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     t = time.perf_counter()
