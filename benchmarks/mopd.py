@@ -1,19 +1,21 @@
 """MOPD step time against TRL's on-policy ``DistillationTrainer``, same tiny student, teacher and batch.
 
     python -m benchmarks.mopd [--steps 5] [--prompts 4] [--rollouts 4] [--max-new-tokens 32]
-                              [--model tiny|DIR] [--engine hf|vllm]
+                              [--model tiny|DIR] [--engine hf|vllm] [--dtype float32|bfloat16]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer) and TRL (``pip install -e .[bench]``).
 Student: Llama hidden ``--hidden`` x 2 layers; teacher: hidden ``2 * --hidden`` x 2 layers; both
 built from a config with the SmolLM2 tokenizer (49,152 tokens); ``--model DIR``: that checkpoint as
 both. One step = sample ``prompts x rollouts`` responses of ``max-new-tokens`` tokens from the
 student (ours: ``--engine``; TRL: HF ``generate``; temperature 1, top-p 1), score them with the
-teacher, one forward/backward, one AdamW step (ours: and the weight push to a vllm engine):
+teacher, one forward/backward, one AdamW step (ours: and the weight push to a vllm engine).
+``--dtype bfloat16``: both in mixed precision (ours: the stage's ``dtype``, so autocast, bf16 teacher
+and a bf16 vllm sampler; TRL: ``bf16=True``, accelerate's autocast):
 
 - ``stages.mopd.MOPDStage``: sampled-token reverse KL with ICE-POP weights (recipe §MOPD), the
   teacher kept loaded (one teacher), validation off;
 - ``trl.DistillationTrainer`` (TRL 1.16; on-policy by construction, ``beta=1``: reverse KL over the
-  full vocabulary, chunked), ``bf16=False``, gradient checkpointing off, each prompt repeated
+  full vocabulary, chunked), gradient checkpointing off, each prompt repeated
   ``rollouts`` times in one batch (TRL samples one completion per row).
 
 Median seconds per step after one warm-up step.
@@ -43,14 +45,15 @@ def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, fl
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
     n = a.prompts * a.rollouts
-    cfg = MOPDConfig(name="bench", runner="mopd", rollout_engine=a.engine, datasets=[str(work / "set")], steps=a.steps + 1,
+    cfg = MOPDConfig(name="bench", runner="mopd", rollout_engine=a.engine, dtype=a.dtype,
+                     datasets=[str(work / "set")], steps=a.steps + 1,
                      prompts_per_step=a.prompts, rollouts_per_prompt=a.rollouts, micro_batch_size=n,
                      teachers={"bench": str(teacher_dir)}, sampling={"max_new_tokens": a.max_new_tokens,
                                                                      "batch_size": n},
                      optim={"lr": 1e-5}, checkpoint_root=str(work / "ck"), metrics_dir=str(work / "m"),
                      plots_dir=str(work / "p"))
     MOPDStage(cfg, environment=FunctionEnvironment(lambda text, row: 0.0)).run(cfg.datasets, model_dir)
-    return [{k: float(r[k]) for k in ("step_s", "generate_s", "teacher_s")}
+    return [{k: float(r[k]) for k in ("step_s", "generate_s", "teacher_s", "sync_s")}
             for r in csv.DictReader((work / "p" / "bench.csv").open())][1:]
 
 
@@ -64,7 +67,8 @@ def trl(tok, model_dir: Path, teacher_dir: Path, work: Path, a) -> list[float]:
     rows = [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts] for _ in range(a.rollouts)]
     args = DistillationConfig(output_dir=str(work / "trl"), per_device_train_batch_size=len(rows),
                               max_completion_length=a.max_new_tokens, beta=1.0, temperature=1.0, top_p=1.0, top_k=0,
-                              bf16=False, gradient_checkpointing=False, learning_rate=1e-5, max_steps=a.steps + 1,
+                              bf16=a.dtype == "bfloat16", gradient_checkpointing=False, learning_rate=1e-5,
+                              max_steps=a.steps + 1,
                               logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
                               disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
     timer = step_timer()
@@ -86,6 +90,7 @@ def main() -> None:
     ap.add_argument("--model", default="tiny", help="tiny (Llamas of --hidden / 2x --hidden) or an HF checkpoint "
                                                      "dir used as student and teacher (SmolLM2)")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="our rollout engine")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="both trainers' precision")
     a = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -98,7 +103,7 @@ def main() -> None:
         ours_t = [r["step_s"] for r in ours_rows]
         trl_t = trl(tok, work / "student", work / "teacher", work, a)
     t = Table(title=f"on-policy distillation step: {a.prompts} prompts x {a.rollouts} rollouts x {a.max_new_tokens} "
-                    f"new tokens; student {student}, teacher {teacher}, ours on the {a.engine} engine; "
+                    f"new tokens; student {student}, teacher {teacher}, {a.dtype}, ours on the {a.engine} engine; "
                     f"{a.steps} timed steps")
     for col in ("implementation", "objective", "median s/step", "min s/step", "steps/s"):
         t.add_column(col, justify="left" if col in ("implementation", "objective") else "right")
@@ -109,9 +114,10 @@ def main() -> None:
     console = Console(width=160)
     console.print(t)
     console.print(f"ours / TRL median step time: {statistics.median(ours_t) / statistics.median(trl_t):.2f}")
-    gen, teach = (statistics.median(r[k] for r in ours_rows) for k in ("generate_s", "teacher_s"))
+    gen, teach, sync = (statistics.median(r[k] for r in ours_rows) for k in ("generate_s", "teacher_s", "sync_s"))
     console.print(f"ours, median per step: sampling {gen:.3f} s, teacher scoring {teach:.3f} s, "
-                  f"loss + backward + AdamW {statistics.median(ours_t) - gen - teach:.3f} s")
+                  f"loss + backward + AdamW {statistics.median(ours_t) - gen - teach - sync:.3f} s, "
+                  f"weight sync {sync:.3f} s")
 
 
 if __name__ == "__main__":

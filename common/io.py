@@ -9,6 +9,7 @@ out plus rows rejected before anything is written.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -35,14 +36,26 @@ REJECT_SCHEMA = pa.schema([
 ROW_GROUP_SIZE = 10_000
 
 
+def _remove_leftovers(path: Path) -> None:
+    """Remove ``.<name>.*.tmp`` beside ``path``: what a write of ``path`` killed midway (SIGKILL, power
+    loss) left behind. One writer per output path is the pipeline's rule, so none is live."""
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
 
-    On an exception the temporary file is removed and ``path`` is untouched.
+    On an exception the temporary file is removed and ``path`` is untouched; leftovers of an
+    earlier, killed write of ``path`` are removed first.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     umask = os.umask(0)
@@ -53,6 +66,28 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a new empty directory beside ``path`` (mode 0755); on success it replaces ``path``.
+
+    On an exception the temporary directory is removed and ``path`` is untouched; leftovers of an
+    earlier, killed write of ``path`` are removed first.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        tmp.chmod(0o755)
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -80,12 +115,23 @@ def read_parquet(path: str | Path) -> pa.Table:
     return pq.read_table(path)
 
 
+SPILL = Path("rejects/.spill")  # spilled chunks of the running steps' rejects (beside the outputs, not /tmp)
+
+
+def remove_spills(step: str) -> None:
+    """Remove the spill directories of ``step``'s rejects that a killed run left (run before the step)."""
+    for stale in SPILL.glob(f"{glob.escape(step)}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 class Rejects:
     """Rejected records of one step, counted by source and reason.
 
     Records are buffered in memory and spilled to temporary parquet chunks of ``spill_rows``
-    records, so a step that drops millions of records (exact duplicates of a large corpus)
-    holds one chunk of them, not all; :meth:`write` streams the chunks to the target.
+    records (under :data:`SPILL`, removed when the object goes; a killed step's by
+    :func:`remove_spills` on its next run), so a step that drops millions of records (exact
+    duplicates of a large corpus) holds one chunk of them, not all; :meth:`write` streams the
+    chunks to the target.
     Pickling (a Ray worker's rejects sent to the driver) materializes the records.
     """
 
@@ -108,7 +154,8 @@ class Rejects:
         self._counts[row["source"], row["category"]] += 1
         if len(self._buffer) >= self.spill_rows:
             if self._dir is None:
-                self._dir = tempfile.mkdtemp(prefix=f"rejects-{self.step}-")
+                SPILL.mkdir(parents=True, exist_ok=True)
+                self._dir = tempfile.mkdtemp(dir=SPILL, prefix=f"{self.step}-")
             chunk = Path(self._dir) / f"{len(self._chunks):06d}.parquet"
             pq.write_table(self._table(self._buffer), chunk)
             self._chunks.append(chunk)

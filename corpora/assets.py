@@ -9,10 +9,10 @@ template. The directory is written under a temporary name and renamed.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import json
 from pathlib import Path
 
+from common.io import atomic_dir
 from corpora.registry import ModelSpec, package_dir
 
 
@@ -38,18 +38,22 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
     if unexpected or [k for k in missing if "lm_head" not in k]:
         raise RuntimeError(f"{gguf_file.name}: state dict mismatch: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    staging.chmod(0o755)
-    try:
+    with atomic_dir(out_dir) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _unstamp(staging)
     return out_dir
+
+
+def _unstamp(model_dir: Path) -> None:
+    """Drop the ``transformers_version`` that ``save_pretrained`` stamps into the configs: the same GGUF
+    must give the same bytes under any transformers release (a stable ``dvc.lock`` on every machine)."""
+    for name in ("config.json", "generation_config.json"):
+        path = model_dir / name
+        if path.exists():
+            config = json.loads(path.read_text(encoding="utf-8"))
+            config.pop("transformers_version", None)
+            path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def build_asset(model: ModelSpec, cache: Path, assets: Path) -> Path:

@@ -4,7 +4,8 @@
     cascade --executor ray [--address auto] ingest | dedup | decontaminate | build | tokenize | export
                                     on Ray Data (docs/ray.md)
     cascade summary                 per-step counts from metrics/*.json
-    cascade train STAGE             a training stage of params.yaml's cascade (sft, if_rl, ...)
+    cascade train STAGE [--restart] a training stage of params.yaml's cascade (sft, if_rl, ...); a killed
+                                    run resumes from its last training state unless --restart
     cascade stages                  the stage runners, their config fields with defaults, params' stages
     cascade report                  per-domain validation across the stages, regressions, lineage
     cascade swe_tasks               SWE bug-fix tasks from code problems and registered packages
@@ -84,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     rel.add_argument("--push", required=True, metavar="REPO",
                      help="Hub dataset repo prefix: REPO-sft and REPO-rl are created")
     rel.add_argument("--public", action="store_true", help="create public repos (default private)")
-    sub.add_parser("train", help="run a training stage of the cascade (stages/cli.py)").add_argument("stage")
+    tr = sub.add_parser("train", help="run a training stage of the cascade (stages/cli.py); resumes a killed run")
+    tr.add_argument("stage")
+    tr.add_argument("--restart", action="store_true",
+                    help="delete the stage's training states first (start over instead of resuming)")
     sub.add_parser("report", help="per-domain metrics across the cascade's stages (stages/report.py)")
     sub.add_parser("stages", help="list the stage runners, their config fields with defaults, and params' stages")
     from stages.solve import add_arguments as solve_arguments
@@ -109,13 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         name = f"train {args.stage}" if args.command == "train" else "report"
         try:
             result = run_step(name, load_params(args.params),
-                              (lambda p: train(args.stage, p)) if args.command == "train" else run_report)
+                              (lambda p: train(args.stage, p, restart=args.restart)) if args.command == "train"
+                              else run_report)
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
             print(f"cascade {name}: error: {exc}", file=sys.stderr)
             return 1
         if args.command == "train":
-            print(f"{args.stage}: checkpoint {result.checkpoint}, metrics {result.metrics} "
-                  f"({result.summary['wall_s']} s)")
+            print(f"{args.stage}: checkpoint {result.checkpoint}, metrics {result.metrics}")
         return 0
 
     if args.command == "summary":

@@ -70,6 +70,10 @@ def grade(rows: list[dict[str, Any]], responses: list[list[str]],
     return out
 
 
+# measure()'s stats that depend on the machine and its load: kept out of the DVC metrics (dvc.lock stays stable)
+TIMING_KEYS = ("wall_s", "cpu_s", "rollouts_per_s", "tokens_per_s")
+
+
 def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]], list[list[str]]],
             score: Callable[[list[str], list[dict[str, Any]]], list[Any]], cache: Path,
             chunk_rows: int = 8) -> tuple[pl.DataFrame, dict[str, float]]:

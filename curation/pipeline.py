@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from common.io import Rejects, finish_step, read_parquet, write_json, write_parquet
+from common.io import Rejects, finish_step, read_parquet, remove_spills, write_json, write_parquet
 from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
 from validators.verifiers.sandbox import require_from_params as require_sandbox
@@ -199,6 +199,7 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     finally:
         sample.close()
     for name, (train, todo, skipped, (results, st)) in measured.items():
+        st = _split_timings(f"difficulty.throughput.{name}", st)
         kept, dropped = apply_pass_rates(todo, results, float(p["min"]), float(p["max"]))
         rejects.extend_frame(dropped)
         rejects.extend_frame(skipped.with_columns(
@@ -243,7 +244,8 @@ def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
     out = pl.from_dicts(rows, schema=empty_sft().schema) if rows else empty_sft()
     write_parquet(out.to_arrow(), SYNTHESIZED / "sft.parquet", SCHEMAS["sft"])
     return finish_step("synthesize", stats["responses"], len(out), rejects, prompts=len(prompts), teacher=teacher,
-                       acceptance_rate=round(stats["kept"] / max(stats["responses"], 1), 4), **st, **stats)
+                       acceptance_rate=round(stats["kept"] / max(stats["responses"], 1), 4),
+                       **_split_timings("synthesize.throughput", st), **stats)
 
 
 def _read_sets(kind: str, load: Callable[[Path], pl.DataFrame]) -> dict[str, dict[str, pl.DataFrame]]:
@@ -343,8 +345,23 @@ def run_step(name: str, params: dict[str, Any], fn: Callable[[dict[str, Any]], A
     ``cascade train`` / ``report``) and record its wall seconds in ``logs/timings.json`` (kept out
     of the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged)."""
     t0 = time.perf_counter()
+    remove_spills(name)
     result = (fn or STEPS[name])(params)
-    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
-    timings[name] = round(time.perf_counter() - t0, 2)
-    write_json(timings, TIMINGS)
+    record_timing(name, round(time.perf_counter() - t0, 2))
     return result
+
+
+def record_timing(key: str, value: Any) -> None:
+    """Set ``key`` in ``logs/timings.json``: where wall times and throughputs go instead of the metrics."""
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    timings[key] = value
+    write_json(timings, TIMINGS)
+
+
+def _split_timings(key: str, stats: dict[str, Any]) -> dict[str, Any]:
+    """``stats`` without :data:`curation.difficulty.TIMING_KEYS`, which go to ``logs/timings.json``
+    under ``key``."""
+    from curation.difficulty import TIMING_KEYS
+
+    record_timing(key, {k: stats[k] for k in TIMING_KEYS if k in stats})
+    return {k: v for k, v in stats.items() if k not in TIMING_KEYS}

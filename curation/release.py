@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import yaml
 
-from common.io import write_parquet
+from common.io import atomic_dir, write_parquet
 from corpora.registry import COMMERCIAL_LICENSES, SourceSpec
 from corpora.schema import SCHEMAS
 
@@ -124,10 +122,7 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
         raise ValueError(f"invalid config names {bad!r}")
     by_name = {s.name: s for s in specs}
     refused_parts, layout, rows_by_source = [], {}, {}
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    staging.chmod(0o755)
-    try:
+    with atomic_dir(out_dir) as staging:
         for config, splits in sorted(sets.items()):
             for split, df in splits.items():
                 ok, refused = split_refused(df) if marked else license_filter(df, allow_licenses)
@@ -160,11 +155,6 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
         licenses = sorted({p["license"] for p in provenance})
         (staging / "README.md").write_text(
             _card(f"cascade-rl {kind.upper()} release", kind, layout, licenses, provenance), encoding="utf-8")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     refused = pl.concat([r for r in refused_parts if len(r)]) if any(len(r) for r in refused_parts) else None
     counts = {c: {sp: s["num_examples"] for sp, s in splits.items()} for c, splits in layout.items()}
     return refused if refused is not None else pl.DataFrame(), {"configs": counts}

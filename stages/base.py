@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,11 +50,27 @@ class StageConfig(BaseModel):
     metrics_dir: str = "metrics/train"
     plots_dir: str = "plots"
     threads: int | None = None  # torch intra-op threads (None: torch's default)
+    # bfloat16: policy, reference and teachers run under autocast with fp32 weights (master weights,
+    # AdamW state; stages.train_engine.in_precision), a vllm sampler in bf16 and
+    # sampling.max_logprob_diff BF16_LOGPROB_DIFF (SamplingConfig.for_dtype); float32 by default
+    dtype: Literal["float32", "bfloat16"] = "float32"
     rollout_engine: str = "auto"  # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
+    save_every: int = Field(10, ge=0)  # training state every N optimizer steps and at the last (0: last only)
+    keep_last: int = Field(2, ge=1)    # training states kept (stages/state.py)
 
     @property
     def checkpoint_dir(self) -> Path:
         return Path(self.checkpoint_root) / self.name
+
+    @property
+    def state_dir(self) -> Path:
+        """Where the training states of a run live until it finishes (:mod:`stages.state`)."""
+        return Path(self.checkpoint_root) / ".states" / self.name
+
+    @property
+    def live_dir(self) -> Path:
+        """The live step metrics (dvclive files and ``steps.jsonl``, :class:`stages.metrics.MetricsLog`)."""
+        return Path(self.metrics_dir) / self.name
 
 
 @dataclass

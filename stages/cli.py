@@ -14,6 +14,7 @@ A stage outside ``order`` names its ``init`` (a checkpoint dir or a stage name).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +54,14 @@ def stage_settings(params: dict[str, Any], stage: str) -> tuple[dict[str, Any], 
     return settings, Path(init)
 
 
-def train(stage: str, params: dict[str, Any]) -> StageResult:
-    """Build the stage's runner from params and run it."""
+def train(stage: str, params: dict[str, Any], restart: bool = False) -> StageResult:
+    """Build the stage's runner from params and run it: from the latest training state of a killed run
+    of the same config and inputs (:mod:`stages.state`), or from the start with ``restart``."""
     settings, init = stage_settings(params, stage)
     require_from_params(params)  # generated code runs in the verifiers' sandbox: never weaker than asked
     runner = build_runner(stage, settings)
+    if restart:
+        shutil.rmtree(runner.cfg.state_dir, ignore_errors=True)
     if not runner.cfg.enabled:
         return pass_through(runner.cfg, init)
     return runner.run([Path(d) for d in settings["datasets"]], init)

@@ -83,15 +83,36 @@ def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[st
             "response_ids": torch.tensor(resp), "response_mask": torch.tensor(rmask)}
 
 
-def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor], temperature: float = 1.0,
+                      share_prompts: bool = True) -> torch.Tensor:
     """float32 ``[B, R]``: log pi(response token | prefix) at the sampling temperature.
 
-    Only the last ``R + 1`` positions go through the LM head (``logits_to_keep``).
+    Rows with the same prompt (the ``n`` rollouts of a prompt, equal left-padded columns ``[:P]``)
+    share its forward when ``share_prompts``: the ``U`` distinct prompts run once with a KV cache,
+    the cache is indexed out to the ``B`` rows (differentiably: gradients flow back into the prompt
+    forward), and only the responses run per row; token for token the same log-probs and gradients
+    as one forward over ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens
+    instead of ``B * (P + R)``. Otherwise one forward where only the last ``R + 1`` positions go
+    through the LM head (``logits_to_keep``).
     """
+    ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
     r_w = batch["response_ids"].shape[1]
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], logits_to_keep=r_w + 1, use_cache=False)
-    return token_logprobs(out.logits[:, :-1], batch["response_ids"], temperature)
+    p_w = ids.shape[1] - r_w
+    prompts, inverse = torch.unique(ids[:, :p_w], dim=0, return_inverse=True)
+    if not share_prompts or len(prompts) == len(ids):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=r_w + 1, use_cache=False)
+        return token_logprobs(out.logits[:, :-1], batch["response_ids"], temperature)
+    first = torch.empty(len(prompts), dtype=torch.long).scatter_(0, inverse, torch.arange(len(ids)))  # any row of each
+    head = model(input_ids=prompts, attention_mask=mask[first, :p_w], position_ids=pos[first, :p_w],
+                 logits_to_keep=1, use_cache=True)
+    logits = head.logits[inverse]  # [B, 1, V]: scores each response's first token
+    if r_w > 1:
+        cache = head.past_key_values
+        cache.batch_select_indices(inverse)
+        tail = model(input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1], position_ids=pos[:, p_w:-1],
+                     past_key_values=cache, use_cache=True)
+        logits = torch.cat([logits, tail.logits], dim=1)
+    return token_logprobs(logits, batch["response_ids"], temperature)
 
 
 def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[torch.Tensor], None],
@@ -141,20 +162,22 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
 def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
                    accumulate: Callable[[], dict[str, float]]) -> dict[str, float]:
     """One strict on-policy update: ``accumulate()`` (the backward of the selected samples, returning
-    ``logprob_diff``), the on-policy check (:func:`stages.onpolicy.check_logprob_diff`, before any
-    weight changes), the optimizer step and the sampler's weight sync (``run.updates`` counts it); or,
-    when no sample is left to train on, no update and ``skipped_steps`` counted in ``run.counts``.
+    ``logprob_diff``), the on-policy check (:func:`stages.onpolicy.check_logprob_diff` against
+    ``run.sampling.max_logprob_diff``, the rollout engine's, before any weight changes), the optimizer
+    step and the sampler's weight sync (``run.updates`` counts it, ``sync_s`` times it); or, when no sample is left to train
+    on, no update and ``skipped_steps`` counted in ``run.counts``.
     Returns the step's stats. Raises :class:`~stages.onpolicy.OffPolicyError`."""
     if not indices:
         run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
         return {}
     stats = accumulate()
-    check_logprob_diff(stats, run.cfg.sampling.max_logprob_diff, run.cfg.name)
+    check_logprob_diff(stats, run.sampling.max_logprob_diff, run.cfg.name)
     stats.update(engine.step())
+    t0 = time.perf_counter()
     with engine.gathered():
         rollout.sync_weights(engine.module)
     run.updates += 1
-    return stats
+    return {**stats, "sync_s": time.perf_counter() - t0}
 
 
 def select_for_training(rewards: torch.Tensor, truncated: torch.Tensor, cfg: GRPOConfig,
@@ -212,11 +235,11 @@ class GRPOStage:
             env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
             builder = PromptBuilder(tok, cfg.max_prompt_tokens)
             rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
-            ref_model = run.frozen_copy() if cfg.kl_beta else None
+            ref_model = run.reference_model() if cfg.kl_beta else None
             items, dropped = self._train_rows(datasets, builder)
             run.counts.update(dropped, train_prompts=len(items))
             advantage = get_advantage(cfg.advantage)
-            batches = BatchCycle(items, cfg.prompts_per_step)
+            batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
                 batch = batches.next()

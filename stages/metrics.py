@@ -1,10 +1,19 @@
-"""Training curves: one row per optimizer step to CSV (and TensorBoard when installed),
-a PNG of the chosen columns; both registered as DVC plots in ``dvc.yaml``."""
+"""Training curves, live while a stage runs and whole at its end.
+
+Per optimizer step, when it ends: one JSON line appended (and flushed) to ``<live_dir>/steps.jsonl``,
+and the step's scalars through dvclive (``<live_dir>/metrics.json`` and
+``<live_dir>/plots/metrics/<name>.tsv``: what ``dvc plots show``, ``dvc exp show`` and DVC's VS Code
+extension read), and TensorBoard when installed. At the end (and with every training state): the CSV of
+all rows and a PNG of chosen columns, both registered as DVC plots in ``dvc.yaml``. A resumed run
+rewrites the live files from the rows of its training state, so no step appears twice.
+"""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +21,18 @@ from common.io import atomic_path
 
 
 class MetricsLog:
-    """Collects ``{"step": int, name: float, ...}`` rows; :meth:`write` saves CSV and PNG atomically.
+    """Collects ``{"step": int, name: float, ...}`` rows, live (:meth:`log`) and whole (:meth:`write`).
 
     Args:
         csv_path: CSV output (columns: the union of every row's keys, ``step`` first).
+        live_dir: the live files (dvclive's and ``steps.jsonl``), started by :meth:`start`.
         tensorboard_dir: event files go here when ``tensorboard`` is importable.
     """
 
-    def __init__(self, csv_path: str | Path, tensorboard_dir: str | Path | None = None):
-        self.csv_path = Path(csv_path)
+    def __init__(self, csv_path: str | Path, live_dir: str | Path, tensorboard_dir: str | Path | None = None):
+        self.csv_path, self.live_dir = Path(csv_path), Path(live_dir)
         self.rows: list[dict[str, Any]] = []
+        self.live: Any = None
         self.tb = None
         if tensorboard_dir is not None:
             try:
@@ -31,9 +42,33 @@ class MetricsLog:
             else:
                 self.tb = SummaryWriter(str(tensorboard_dir))
 
+    def start(self, rows: list[dict[str, Any]] = ()) -> None:
+        """Empty the live files, then (a resumed run) log ``rows`` again: the rows of the state resumed."""
+        from dvclive import Live
+
+        shutil.rmtree(self.live_dir, ignore_errors=True)
+        self.live_dir.mkdir(parents=True)
+        self.live = Live(dir=str(self.live_dir), save_dvc_exp=False, dvcyaml=None)
+        self.rows = []
+        for row in rows:
+            self.log(row["step"], {k: v for k, v in row.items() if k != "step"})
+
     def log(self, step: int, values: dict[str, float]) -> None:
-        """Record the values of optimizer step ``step``."""
-        self.rows.append({"step": step, **values})
+        """Record the values of optimizer step ``step``, on disk before returning.
+
+        Raises:
+            RuntimeError: before :meth:`start`.
+        """
+        if self.live is None:
+            raise RuntimeError("MetricsLog.start() first: it sets up the live files")
+        row = {"step": step, **values}
+        self.rows.append(row)
+        with (self.live_dir / "steps.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        self.live.step = step
+        for k, v in values.items():  # dvclive nests on "/": reward and reward/math would collide
+            self.live.log_metric(k.replace("/", "."), v)
+        self.live.make_summary()
         if self.tb is not None:
             for k, v in values.items():
                 self.tb.add_scalar(k, v, step)

@@ -42,6 +42,7 @@ from stages.losses import aggregate, get_loss, kl_k3
 from stages.onpolicy import check_weights_version, logprob_diff_sum
 from stages.rollout import Rollouts, SamplingConfig
 from stages.runtime import BatchCycle, StageRun
+from stages.train_engine import in_precision
 
 
 class MOPDConfig(StageConfig):
@@ -192,18 +193,19 @@ def _weights_mb(path: Path) -> float:
 
 
 class TeacherPool:
-    """Frozen teacher models loaded on demand; least recently used ones are freed to keep the
-    weights of the loaded teachers within ``memory_mb`` (0: one teacher at a time).
+    """Frozen teacher models loaded on demand (fp32 weights) and run in ``dtype`` (``float32`` |
+    ``bfloat16``: :func:`~stages.train_engine.in_precision`); least recently used ones are freed to keep
+    the weights of the loaded teachers within ``memory_mb`` (0: one teacher at a time).
 
     Attributes:
         loads: how many times a teacher was loaded from disk (a stage metric).
     """
 
-    def __init__(self, memory_mb: float = 0.0):
-        self.memory_mb, self.loads = memory_mb, 0
-        self.loaded: OrderedDict[Path, tuple[torch.nn.Module, float]] = OrderedDict()
+    def __init__(self, memory_mb: float = 0.0, dtype: str = "float32"):
+        self.memory_mb, self.dtype, self.loads = memory_mb, dtype, 0
+        self.loaded: OrderedDict[Path, tuple[Any, float]] = OrderedDict()
 
-    def get(self, path: Path) -> torch.nn.Module:
+    def get(self, path: Path) -> Any:
         """The teacher at ``path`` in eval mode without gradients (loaded if needed)."""
         if path in self.loaded:
             self.loaded.move_to_end(path)
@@ -213,6 +215,7 @@ class TeacherPool:
             self.loaded.popitem(last=False)
         model, _ = load_checkpoint(path)
         model.eval().requires_grad_(False)
+        model = in_precision(model, model, self.dtype)
         self.loaded[path] = (model, need)
         self.loads += 1
         return model
@@ -294,15 +297,19 @@ class MOPDStage(GRPOStage):
             builder = PromptBuilder(tok, cfg.max_prompt_tokens)
             items, dropped = self._train_rows(datasets, builder)
             domains = sorted({row["domain"] for row, _ in items})
-            teachers = resolve_teachers(domains, init_checkpoint, cfg.checkpoint_root, cfg.teachers,
-                                        cfg.teacher_metric)
+            if "teachers" in run.extra:  # resumed: the teachers the run started with
+                teachers = {d: Path(p) for d, p in run.extra["teachers"].items()}
+            else:
+                teachers = resolve_teachers(domains, init_checkpoint, cfg.checkpoint_root, cfg.teachers,
+                                            cfg.teacher_metric)
+                run.extra["teachers"] = {d: str(p) for d, p in teachers.items()}
             for domain, path in teachers.items():
                 check_vocabulary(engine.module, tok, init_checkpoint, path, domain)
             run.counts.update(dropped, train_prompts=len(items))
             env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
             rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
-            pool, n = TeacherPool(cfg.teacher_memory_mb), cfg.rollouts_per_prompt
-            batches = BatchCycle(items, cfg.prompts_per_step)
+            pool, n = TeacherPool(cfg.teacher_memory_mb, cfg.dtype), cfg.rollouts_per_prompt
+            batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
                 batch = batches.next()

@@ -22,7 +22,7 @@ import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,6 +111,19 @@ class VLLMOptions(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+# max_logprob_diff of a bf16 trainer (autocast) against a bf16 vllm sampler: measured 0.047 nats per token
+# on SmolLM2-135M (32 samples x 48 tokens; fp32 trainer vs bf16 sampler 0.040): the kernels differ
+BF16_LOGPROB_DIFF = 0.1
+
+
+class HFOptions(BaseModel):
+    """Settings of the ``hf`` engine (:class:`HFRolloutEngine`): ``dtype`` ``bfloat16`` generates under
+    ``torch.autocast`` (fp32 weights), as a bf16 stage trains; ``float32``: the module as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+
 class SamplingConfig(BaseModel):
     """Sampling knobs shared by every engine.
 
@@ -126,6 +139,21 @@ class SamplingConfig(BaseModel):
     batch_size: int = 16  # sequences per generate call (hf): batch_size // n prompts, at least one
     max_logprob_diff: float = Field(0.01, gt=0.0)
     vllm: VLLMOptions = Field(default_factory=VLLMOptions)
+    hf: HFOptions = Field(default_factory=HFOptions)
+
+    def for_dtype(self, dtype: str) -> SamplingConfig:
+        """This config for a trainer computing in ``dtype``: ``bfloat16`` makes both engines sample in bf16
+        and ``max_logprob_diff`` :data:`BF16_LOGPROB_DIFF`, each only where the config does not set it."""
+        if dtype != "bfloat16":
+            return self
+        update: dict[str, Any] = {}
+        for engine in ("vllm", "hf"):
+            options = getattr(self, engine)
+            if "dtype" not in options.model_fields_set:
+                update[engine] = options.model_copy(update={"dtype": "bfloat16"})
+        if "max_logprob_diff" not in self.model_fields_set:
+            update["max_logprob_diff"] = BF16_LOGPROB_DIFF
+        return self.model_copy(update=update)
 
 
 def trim(ids: list[int], eos: set[int], max_new_tokens: int) -> tuple[int, bool]:
@@ -210,7 +238,8 @@ class HFRolloutEngine:
         self.model.eval()
         by_prompt: dict[int, list[tuple[list[int], list[float], bool]]] = {}
         try:
-            with neutral_generation_config(self.model):
+            with neutral_generation_config(self.model), torch.autocast(
+                    self.model.device.type, torch.bfloat16, enabled=s.hf.dtype == "bfloat16"):
                 for start in range(0, len(order), per_call):
                     chunk = order[start:start + per_call]
                     samples = self._generate_chunk([prompts[i] for i in chunk], n, greedy, limit)

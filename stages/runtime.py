@@ -10,14 +10,14 @@ Outputs of stage ``NAME`` (the paths ``dvc.yaml`` declares):
 
 from __future__ import annotations
 
-import copy
 import random
-import time
+import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Self
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -25,12 +25,14 @@ from common.io import write_json
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import load_checkpoint, write_record
 from stages.metrics import MetricsLog
-from stages.train_engine import make_train_engine
+from stages.state import fingerprint, latest_state, save_state, set_rng_state
+from stages.train_engine import in_precision, make_train_engine
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python's and torch's RNGs (sampling, dropout, shuffles)."""
+    """Seed python's, numpy's and torch's RNGs (sampling, dropout, shuffles)."""
     random.seed(seed)
+    np.random.seed(seed)
     torch.manual_seed(seed)
 
 
@@ -52,6 +54,10 @@ class BatchCycle:
             raise ValueError(f"a batch cycle needs items and size >= 1, got {len(items)} items, size {size}")
         self.items, self.size, self.position = items, size, position
 
+    def seek(self, position: int) -> None:
+        """Continue from ``position`` (a resumed run's data cursor)."""
+        self.position = position
+
     def next(self) -> list[Any]:
         """The next ``size`` items (wrapping around the end)."""
         batch = [self.items[(self.position + i) % len(self.items)] for i in range(self.size)]
@@ -72,23 +78,39 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _qualname(value: Any) -> str:
+    """A config value JSON cannot hold (a function in ``environment_kwargs``) by its qualified name."""
+    return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__qualname__)}"
+
+
 class StageRun:
     """Context for one stage run; see the module docstring for its outputs.
+
+    A run resumes by default: entering loads the latest complete training state of the same config
+    and inputs (:mod:`stages.state`; :class:`~stages.state.StateMismatch` for another's), and
+    :meth:`progress` continues after its step with its RNG states, :meth:`resumable` puts the data
+    cursor back, ``extra`` holds what the stage saved. :meth:`log` writes a state every
+    ``save_every`` steps and at the last; :meth:`finish` removes the states.
 
     Attributes:
         engine: the train engine (``cfg.train_engine``) around the loaded model.
         tokenizer: the init checkpoint's tokenizer (saved with the checkpoint).
         counts: dropped/skipped counters that go into the summary (never silent loss).
+        updates: optimizer steps taken (the weights version a strict on-policy sampler must hold).
+        start_step: the step a resumed run continues after (0: a fresh run).
+        extra: JSON-ready stage state saved with every training state (MOPD: its teachers).
     """
 
     def __init__(self, cfg: StageConfig, datasets: list[Path], init_checkpoint: Path):
         self.cfg, self.datasets, self.init = cfg, [Path(d) for d in datasets], Path(init_checkpoint)
         self.counts: dict[str, int] = {}
         self.last: dict[str, float] = {}
-        self.updates = 0  # optimizer steps taken (the weights version a strict on-policy sampler must hold)
+        self.updates = self.start_step = 0
+        self.extra: dict[str, Any] = {}
+        self._cursor: Any = None
+        self._resumed: tuple[Path, dict[str, Any]] | None = None
 
     def __enter__(self) -> Self:
-        self.t0 = time.perf_counter()
         self._restore = ExitStack()  # undone on exit, also when loading fails below
         self._restore.enter_context(torch_threads(self.cfg.threads))
         try:
@@ -96,46 +118,93 @@ class StageRun:
             model, self.tokenizer = load_checkpoint(self.init)
             model.train()
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
-                                            self.cfg.zero_stage)
-            self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv",
+                                            self.cfg.zero_stage, self.cfg.dtype)
+            self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv", self.cfg.live_dir,
                                    tensorboard_dir=Path("logs") / "tensorboard" / self.cfg.name)
+            self._fingerprint = fingerprint(self.cfg.model_dump(mode="json", fallback=_qualname), self.datasets,
+                                            self.init)
+            self._resume()
         except BaseException:
             self._restore.close()
             raise
         return self
+
+    def _resume(self) -> None:
+        self._resumed = latest_state(self.cfg.state_dir, self._fingerprint, self.cfg.name)
+        if self._resumed is None:
+            self.log_.start()
+            return
+        path, state = self._resumed
+        self.engine.load_state(path)
+        self.start_step, self.updates = state["step"], state["updates"]
+        self.counts, self.extra = state["counts"], state["extra"]
+        self.log_.start(state["rows"])
+        self.last = {k: v for k, v in state["rows"][-1].items() if k != "step"} if state["rows"] else {}
 
     def __exit__(self, *exc: object) -> None:
         if hasattr(self, "bar"):
             self.bar.close()
         self._restore.close()
 
+    def resumable(self, cursor: Any) -> Any:
+        """``cursor`` (the stage's data order: ``position`` and ``seek(position)``, e.g. a
+        :class:`BatchCycle`) moved to the resumed state's position; saved with every state."""
+        self._cursor = cursor
+        if self._resumed is not None:
+            cursor.seek(self._resumed[1]["cursor"])
+        return cursor
+
+    def save_state(self, step: int) -> Path:
+        """Write the training state after optimizer step ``step`` (:func:`stages.state.save_state`) and
+        the CSV of the rows so far."""
+        payload = {"updates": self.updates, "cursor": self._cursor.position if self._cursor is not None else 0,
+                   "counts": self.counts, "rows": self.log_.rows, "extra": self.extra,
+                   "fingerprint": self._fingerprint}
+        path = save_state(self.cfg.state_dir, step, self.engine, payload, self.cfg.keep_last)
+        self.log_.write()
+        return path
+
     def rollout_engine(self, name: str, sampling: Any) -> Any:
         """The stage's rollout engine ``name`` (``auto`` | ``hf`` | ``vllm`` | a plugin) on the policy,
-        started once from the init checkpoint and closed when the run ends."""
+        started once from the init checkpoint and closed when the run ends; ``sampling`` as adjusted
+        for the stage's ``dtype`` (:meth:`~stages.rollout.SamplingConfig.for_dtype`) and kept as ``sampling``."""
         from stages.rollout import make_rollout_engine
 
+        self.sampling = sampling = sampling.for_dtype(self.cfg.dtype)
         rollout = make_rollout_engine(name, self.engine.module, self.tokenizer, sampling, str(self.init))
+        if self.updates:  # resumed: the engine starts from the init checkpoint, the policy has moved on
+            with self.engine.gathered():
+                rollout.sync_weights(self.engine.module)
+            rollout.weights_version = self.updates
         self._restore.callback(rollout.close)
         return rollout
 
-    def frozen_copy(self) -> torch.nn.Module:
-        """A frozen copy of the initial policy (the KL reference), in eval mode."""
-        ref = copy.deepcopy(self.engine.module).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
+    def reference_model(self) -> Any:
+        """The KL reference: the init checkpoint loaded again (never a copy of the policy, which may
+        be partitioned or already trained), frozen, in eval mode, run in the stage's ``dtype``
+        (:func:`~stages.train_engine.in_precision`)."""
+        ref, _ = load_checkpoint(self.init)
+        ref.eval().requires_grad_(False)
+        return in_precision(ref, ref, self.cfg.dtype)
 
     def progress(self, steps: int) -> Any:
-        """``range(1, steps + 1)`` with a progress bar showing the latest metrics."""
-        self.bar = tqdm(range(1, steps + 1), desc=self.cfg.name, unit="step")
+        """``range(start_step + 1, steps + 1)`` with a progress bar (step, ETA, latest metrics); a
+        resumed run gets its RNG states back here, right before its first step."""
+        if self._resumed is not None:
+            set_rng_state(torch.load(self._resumed[0] / "rng.pt", weights_only=False))  # our own file
+        self.bar = tqdm(range(self.start_step + 1, steps + 1), desc=self.cfg.name, unit="step",
+                        initial=self.start_step, total=steps)
         return self.bar
 
     def log(self, step: int, values: dict[str, float]) -> None:
-        """Record step metrics (CSV row, progress-bar postfix)."""
+        """Record step metrics (live files, progress-bar postfix); then the training state when ``step``
+        is a multiple of ``save_every`` or the last."""
         self.last = values
         self.log_.log(step, values)
         shown = {k: f"{v:.4g}" for k, v in values.items() if k in ("loss", "reward_mean", "lr", "tokens_per_s")}
         self.bar.set_postfix(shown)
+        if step == self.cfg.steps or (self.cfg.save_every and step % self.cfg.save_every == 0):
+            self.save_state(step)
 
     def validate(self, rollout: Any, builder: Any, env: Any) -> dict[str, dict[str, float]]:
         """Per-domain validation of the current weights on ``cfg.eval.datasets``."""
@@ -150,12 +219,16 @@ class StageRun:
         ckpt = cfg.checkpoint_dir
         self.engine.save(ckpt)
         self.tokenizer.save_pretrained(ckpt)
-        summary = {"stage": cfg.name, "runner": cfg.runner, "steps": cfg.steps, "final": self.last,
-                   "validation": validation, "counts": self.counts,
-                   "wall_s": round(time.perf_counter() - self.t0, 1)}
+        # no timings in the DVC metrics (dvc.lock stays stable): wall time in logs/timings.json (run_step),
+        # per-step seconds and rates in the live files and the CSV
+        final = {k: v for k, v in self.last.items() if not k.endswith("_s")}
+        summary = {"stage": cfg.name, "runner": cfg.runner, "steps": cfg.steps, "final": final,
+                   "validation": validation, "counts": self.counts}
         write_record(ckpt, stage=cfg.name, runner=cfg.runner, init=self.init, datasets=self.datasets,
-                     validation=validation, train={"final": self.last, "counts": self.counts})
+                     validation=validation, train={"final": final, "counts": self.counts})
         metrics = Path(cfg.metrics_dir) / f"{cfg.name}.json"
         write_json(summary, metrics)
         self.log_.write(Path(cfg.plots_dir) / f"{cfg.name}.png", curves)
+        shutil.rmtree(cfg.state_dir, ignore_errors=True)  # done: a later run of this stage starts over
+        cfg.state_dir.mkdir(parents=True)  # (empty: dvc.yaml declares it, persist: true)
         return StageResult(ckpt, metrics, summary)

@@ -101,6 +101,48 @@ def _pack_file(dataset: str | Path, split: str) -> Path:
     return p if p.suffix == ".parquet" else p / f"{split}.parquet"
 
 
+class WindowStream:
+    """Training windows (:func:`pack_windows`) of ``packs``, epoch after epoch over a seeded shuffle.
+
+    ``position`` counts the windows drawn (the data cursor); :meth:`seek` replays the stream to a
+    position without counting, so a resumed run draws what the uninterrupted one would have.
+    ``counts`` gets ``cropped_tokens`` and ``epochs``.
+
+    Args:
+        packs: ``(dataset, pack index)`` pairs; max_tokens: window length (``None``: whole packs);
+        seed: the shuffle's seed; counts: the run's counters.
+    """
+
+    def __init__(self, packs: list[tuple[PackedDataset, int]], max_tokens: int | None, seed: int,
+                 counts: dict[str, int]):
+        self.packs, self.max_tokens, self.seed, self.counts = packs, max_tokens, seed, counts
+        self.position, self._counting = 0, True
+        self._windows = self._stream()
+
+    def _stream(self) -> Iterator[dict[str, torch.Tensor]]:
+        packs, rng = list(self.packs), random.Random(self.seed)
+        while True:
+            rng.shuffle(packs)
+            for ds, i in packs:
+                for window, cropped in pack_windows(ds[i], self.max_tokens):
+                    if self._counting:
+                        self.counts["cropped_tokens"] = self.counts.get("cropped_tokens", 0) + cropped
+                    yield window
+            if self._counting:
+                self.counts["epochs"] = self.counts.get("epochs", 0) + 1
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        self.position += 1
+        return next(self._windows)
+
+    def seek(self, position: int) -> None:
+        """Draw ``position`` windows from the start, uncounted (the resumed state holds the counts)."""
+        self._windows, self._counting = self._stream(), False
+        for _ in range(position):
+            next(self._windows)
+        self.position, self._counting = position, True
+
+
 class SFTStage:
     """Stage runner ``sft`` (entry point ``cascade_rl.stages``)."""
 
@@ -109,25 +151,18 @@ class SFTStage:
     def __init__(self, config: SFTConfig):
         self.cfg = config
 
-    def _windows(self, datasets: list[Path], split: str, counts: dict[str, int], seed: int) -> Iterator[dict]:
+    def _windows(self, datasets: list[Path], split: str, counts: dict[str, int]) -> WindowStream:
         packs = [(ds, i) for ds in (PackedDataset(_pack_file(d, split)) for d in datasets) for i in range(len(ds))]
         if not packs:
             raise ValueError(f"stage {self.cfg.name}: no packs in {[str(d) for d in datasets]} ({split})")
-        rng = random.Random(seed)
-        while True:  # epochs over a seeded shuffle of the packs
-            rng.shuffle(packs)
-            for ds, i in packs:
-                for window, cropped in pack_windows(ds[i], self.cfg.max_tokens):
-                    counts["cropped_tokens"] = counts.get("cropped_tokens", 0) + cropped
-                    yield window
-            counts["epochs"] = counts.get("epochs", 0) + 1
+        return WindowStream(packs, self.cfg.max_tokens, self.cfg.seed, counts)
 
     def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
         """Train ``cfg.steps`` optimizer steps from ``init_checkpoint``; returns checkpoint + metrics paths."""
         cfg = self.cfg
         with StageRun(cfg, datasets, init_checkpoint) as run:
             engine, pad = run.engine, run.tokenizer.pad_token_id or 0
-            windows = self._windows(datasets, cfg.split, run.counts, cfg.seed)
+            windows = run.resumable(self._windows(datasets, cfg.split, run.counts))
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
                 micro = [collate_packed([next(windows) for _ in range(cfg.micro_batch_size)], pad)
@@ -146,7 +181,7 @@ class SFTStage:
         cfg = self.cfg
         module = run.engine.module
         module.eval()
-        windows = self._windows(datasets, "validation", {}, cfg.seed)
+        windows = self._windows(datasets, "validation", {})
         nll = tokens = 0.0
         for _ in range(cfg.validation_windows):
             b = collate_packed([next(windows)], pad)

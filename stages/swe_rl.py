@@ -136,7 +136,7 @@ class SWERLStage:
             run.counts.update(prompt_too_long=too_long, train_tasks=len(items))
             advantage = get_advantage(cfg.advantage)
             policy = ModelPolicy(rollout, tok, builder, cfg.sampling.max_new_tokens, cfg.max_context_tokens)
-            batches = BatchCycle(items, cfg.prompts_per_step)
+            batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
                 batch = batches.next()

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from common import plugins
+from common.io import atomic_dir
 
 
 class OptimConfig(BaseModel):
@@ -57,6 +56,13 @@ class TrainEngine(Protocol):
     def save(self, path: str | Path) -> None:
         """Write ``module`` with ``save_pretrained`` to ``path`` atomically (temp dir + rename)."""
 
+    def save_state(self, path: Path) -> None:
+        """Write weights, optimizer and LR-scheduler state into the existing directory ``path``
+        (:mod:`stages.state` makes it atomic)."""
+
+    def load_state(self, path: Path) -> None:
+        """Restore what :meth:`save_state` wrote, exactly (a resumed run is bitwise the same)."""
+
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     """torch AdamW over ``model``'s trainable parameters and its cosine schedule.
@@ -70,24 +76,17 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    # fused (one kernel over all tensors): 0.12 s vs 0.5 s (foreach) per step on SmolLM2-135M, 2 cores
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in params)
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None)
     sched = get_cosine_with_min_lr_schedule_with_warmup(
         opt, num_warmup_steps=cfg.warmup_steps, num_training_steps=total_steps, min_lr_rate=cfg.min_lr_ratio)
     return opt, sched
 
 
 def _save_atomic(module: torch.nn.Module, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    try:
+    with atomic_dir(path) as tmp:
         module.save_pretrained(tmp)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 class TorchEngine:
@@ -114,6 +113,21 @@ class TorchEngine:
 
     def save(self, path: str | Path) -> None:
         _save_atomic(self.module, path)
+
+    def save_state(self, path: Path) -> None:
+        from safetensors.torch import save_model
+
+        save_model(self.module, str(path / "model.safetensors"))  # tied weights stored once
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                   path / "optimizer.pt")
+
+    def load_state(self, path: Path) -> None:
+        from safetensors.torch import load_model
+
+        load_model(self.module, str(path / "model.safetensors"))
+        state = torch.load(path / "optimizer.pt", weights_only=False)  # our own file: scheduler's lr_lambdas
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
 
 
 def _init_single_process() -> None:
@@ -176,16 +190,64 @@ class DeepSpeedEngine:
             if torch.distributed.get_rank() == 0:
                 _save_atomic(self.module, path)
 
+    def save_state(self, path: Path) -> None:
+        """DeepSpeed's own checkpoint (every rank writes its partitions) under ``path/deepspeed``."""
+        self.model.save_checkpoint(str(path / "deepspeed"), tag="state")
+
+    def load_state(self, path: Path) -> None:
+        self.model.load_checkpoint(str(path / "deepspeed"), tag="state", load_optimizer_states=True,
+                                   load_lr_scheduler_states=True)
+
+
+class Autocast:
+    """``forward`` run under ``torch.autocast(dtype)`` on the parameters' device: mixed precision, the
+    weights (and a trainer's gradients and AdamW state) staying fp32 while matmuls run in ``dtype``.
+
+    Frozen models (KL reference, MOPD teachers) run the same way: on this CPU kind (AVX-512 BF16) a
+    SmolLM2-135M forward of 16 x 66 tokens took 0.9-1.0 s with fp32 weights under autocast, 2.1-2.6 s
+    with bf16 weights (with or without autocast), 1.5-1.8 s in fp32. Attributes other than the call go
+    to the wrapped forward (a DeepSpeed engine keeps its methods).
+    """
+
+    def __init__(self, forward: Any, dtype: torch.dtype, device_type: str):
+        self.forward, self.dtype, self.device_type = forward, dtype, device_type
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.forward, name)
+
+
+def in_precision(forward: Any, module: torch.nn.Module, dtype: str) -> Any:
+    """``forward`` (``module`` or a wrapper of it) computing in ``dtype``: ``float32`` as is,
+    ``bfloat16`` under :class:`Autocast` on ``module``'s device.
+
+    Raises:
+        ValueError: another ``dtype``.
+    """
+    if dtype == "float32":
+        return forward
+    if dtype == "bfloat16":
+        return Autocast(forward, torch.bfloat16, next(module.parameters()).device.type)
+    raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+
 
 def make_train_engine(name: str, model: torch.nn.Module, optim: OptimConfig, total_steps: int,
-                      zero_stage: int = 2) -> TrainEngine:
+                      zero_stage: int = 2, dtype: str = "float32") -> TrainEngine:
     """The engine installed as ``name`` (entry-point group ``cascade_rl.train_engines``: ``torch`` |
     ``deepspeed`` built in), built by its factory ``(model, optim, total_steps, zero_stage)``.
 
+    ``dtype``: the precision of the engine's ``model`` forward (:func:`in_precision`; bf16 keeps fp32
+    master weights).
+
     Raises:
-        ValueError: unknown name, listing the installed ones.
+        ValueError: unknown name, listing the installed ones, or an unknown ``dtype``.
     """
-    return plugins.load("train_engines", name)(model, optim, total_steps, zero_stage)
+    engine = plugins.load("train_engines", name)(model, optim, total_steps, zero_stage)
+    engine.model = in_precision(engine.model, model, dtype)
+    return engine
 
 
 def torch_engine(model: torch.nn.Module, optim: OptimConfig, total_steps: int, zero_stage: int = 2) -> TorchEngine:

@@ -39,8 +39,9 @@ def cpu_thread_binding() -> str:
     return f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores))
 
 
-def weight_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``model``'s state dict as named CPU tensors, every name present and none sharing storage.
+def weight_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """``model``'s state dict as named CPU tensors (floating ones cast to ``dtype``, the engine's: the
+    cast vLLM's loader would make, on half the bytes), every name present and none sharing storage.
 
     A tied head (``lm_head.weight`` aliasing ``model.embed_tokens.weight``, as in SmolLM2) is
     written as its own copy: vLLM's in-place reload otherwise leaves its tied ``ParallelLMHead``
@@ -52,7 +53,7 @@ def weight_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         if t.data_ptr() in seen:
             t = t.clone()
         seen.add(t.data_ptr())
-        out[name] = t.to("cpu").contiguous()
+        out[name] = t.to("cpu", dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype).contiguous()
     return out
 
 
@@ -96,6 +97,7 @@ class VLLMRolloutEngine:
         self.tokenizer, self.sampling = tokenizer, sampling
         self.eos, self.pad = stop_tokens(eos_token_id, tokenizer)
         self.weights_version = 0
+        self._dtype = getattr(torch, opts.dtype, None)  # None ("auto"): as the trainer holds them
         shm = Path("/dev/shm")
         self._weights_dir = Path(tempfile.mkdtemp(prefix="cascade-weights-", dir=shm if shm.is_dir() else None))
 
@@ -104,12 +106,12 @@ class VLLMRolloutEngine:
 
         ``model`` must hold full (gathered) parameters with the checkpoint's names. The tensors are
         written as ``model.safetensors`` (temporary name, then rename) under a RAM-backed directory
-        that the workers read. SmolLM2-135M fp32: ~1-2 s per sync on 2 cores.
+        that the workers read, in the engine's dtype. SmolLM2-135M fp32: ~1-2 s per sync on 2 cores.
         """
         from safetensors.torch import save_file
 
         tmp = self._weights_dir / "model.safetensors.tmp"
-        save_file(weight_tensors(model), str(tmp))
+        save_file(weight_tensors(model, self._dtype), str(tmp))
         os.replace(tmp, self._weights_dir / "model.safetensors")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir)})
         self.llm.reset_prefix_cache()

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from common import plugins
 from common.io import write_parquet
@@ -55,6 +56,24 @@ def test_response_logprobs_do_not_depend_on_batch_padding():
         alone = response_logprobs(model, policy_batch(ro, [i], 2))[0]
         n = len(ro.response_ids[i])
         assert torch.allclose(together[i, :n], alone[:n], atol=1e-5)
+
+
+def test_rollouts_of_one_prompt_share_its_forward_with_the_same_logprobs_and_gradients():
+    """3 prompts x 4 rollouts: the prompt-shared forward (3 prompt rows + 12 response rows) gives the
+    log-probs and parameter gradients of one forward over the 12 full rows."""
+    model = tiny_llama(256)
+    ro = _rollouts(12)
+    ro = Rollouts([ro.prompt_ids[i // 4] for i in range(12)], ro.response_ids, ro.logprobs, ro.truncated, ro.texts, 4)
+    batch = policy_batch(ro, list(range(12)), 2)
+    out = {}
+    for share in (False, True):
+        model.zero_grad()
+        lp = response_logprobs(model, batch, 0.7, share_prompts=share)
+        (lp * batch["response_mask"]).sum().backward()
+        out[share] = lp.detach(), [p.grad.clone() for p in model.parameters()]
+    assert torch.allclose(out[True][0], out[False][0], atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(out[True][1], out[False][1], strict=True))
+    assert max(float(g.abs().max()) for g in out[True][1]) > 1e-3  # real gradients, through the shared cache
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
@@ -200,15 +219,18 @@ def test_learning_sanity_grpo_raises_the_reward_of_a_verifiable_task(tmp_path, t
     assert (tmp_path / "plots" / "toy_rl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_kl_stage_starts_at_zero_kl_and_moves_away_from_the_reference(tmp_path, tok):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_kl_stage_starts_at_zero_kl_and_moves_away_from_the_reference(tmp_path, tok, dtype):
+    """Also in bf16 (autocast): policy and reference compute alike, and the checkpoint stays fp32."""
     _, cfg = _stage_setup(tmp_path, tok, ["Say yes.", "Say no."], steps=2, prompts_per_step=2, group_size=4,
-                          kl_beta=0.03, dynamic_filtering=False, mask_truncated=False,
+                          kl_beta=0.03, dynamic_filtering=False, mask_truncated=False, dtype=dtype,
                           sampling={"max_new_tokens": 2}, optim={"lr": 1e-2, "min_lr_ratio": 1.0},
                           eval={"datasets": []})
-    GRPOStage(cfg, environment=StartsWith("a")).run(cfg.datasets, tmp_path / "init")
+    result = GRPOStage(cfg, environment=StartsWith("a")).run(cfg.datasets, tmp_path / "init")
     rows = list(csv.DictReader((tmp_path / "plots" / "toy_rl.csv").open()))
     assert float(rows[0]["kl"]) == pytest.approx(0.0, abs=1e-7)
     assert float(rows[1]["kl"]) > 1e-6
+    assert {t.dtype for t in load_file(result.checkpoint / "model.safetensors").values()} == {torch.float32}
 
 
 def _starts_with_a(response, row):

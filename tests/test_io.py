@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common import io
-from common.io import REJECT_SCHEMA, Rejects, write_parquet
+from common.io import REJECT_SCHEMA, Rejects, atomic_dir, write_parquet
 
 
 def _fill(rejects: Rejects, n: int) -> None:
@@ -54,3 +54,31 @@ def test_rejects_under_one_chunk_never_touch_disk(tmp_path):
     rejects.write(tmp_path / "r.parquet")
     assert rejects._dir is None
     assert pq.read_table(tmp_path / "r.parquet").num_rows == 5
+
+
+def test_a_write_removes_what_a_killed_write_of_the_same_path_left(tmp_path):
+    """A SIGKILL between mkstemp/mkdtemp and the rename leaves ``.<name>.*.tmp``; the next write of that
+    path removes it (and only it)."""
+    stale_file = tmp_path / ".out.parquet.k1ll3d.tmp"
+    stale_dir = tmp_path / ".release.k1ll3d.tmp"
+    other = tmp_path / ".other.parquet.k1ll3d.tmp"
+    for p in (stale_file, other):
+        p.write_bytes(b"half")
+    stale_dir.mkdir()
+    (stale_dir / "shard.parquet").write_bytes(b"half")
+    write_parquet(pa.table({"a": [1]}), tmp_path / "out.parquet")
+    with atomic_dir(tmp_path / "release") as tmp:
+        (tmp / "README.md").write_text("card")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.parquet.k1ll3d.tmp", "out.parquet", "release"]
+    assert (tmp_path / "release" / "README.md").read_text() == "card"
+
+
+def test_spilled_rejects_live_beside_the_outputs_and_a_killed_steps_are_removed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rejects = Rejects("dedup", spill_rows=2)
+    for i in range(5):
+        rejects.add("src", str(i), "near_duplicate: of 0", {"i": i})
+    (spill,) = (tmp_path / "rejects" / ".spill").iterdir()
+    assert spill.name.startswith("dedup-") and len(list(spill.iterdir())) == 2
+    io.remove_spills("dedup")  # what `run_step` does before the step runs again after a kill
+    assert not spill.exists()

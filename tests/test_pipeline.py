@@ -99,3 +99,76 @@ def test_second_repro_is_a_noop_and_metrics_show_lists_steps(repo_copy):
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], dst, env)
     files = json.loads(shown)[""]["data"]
     assert {Path(f).stem for f in files} >= {"ingest", "dedup", "decontaminate", "validate", "build", "export"}
+
+
+def _stage_lock(dst: Path, stage: str) -> dict:
+    return yaml.safe_load((dst / "dvc.lock").read_text())["stages"][stage]
+
+
+def _leftovers(dst: Path) -> list[str]:
+    """Temporary files and directories of interrupted writes (common/io.py names them ``.*.tmp``)."""
+    return sorted(str(p.relative_to(dst)) for top in ("data", "rejects", "metrics", "release", "plots")
+                  for p in (dst / top).rglob("*") if p.name.endswith(".tmp") or ".spill/" in str(p))
+
+
+def _step_process(proc: subprocess.Popen, timeout: float = 120.0):
+    """The ``cascade`` process ``dvc repro`` started for the stage (psutil), once it exists."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if any("cascade" in part for part in child.cmdline()):
+                    return child
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.01)
+    raise AssertionError("dvc repro never started the step")
+
+
+def _kill_and_rerun(dst: Path, env: dict, stage: str, kill_when) -> None:
+    """``dvc repro`` of ``stage`` with DVC's run cache off, SIGKILLed (with the step under it) once
+    ``kill_when(step_process)`` returns, then the same command to completion."""
+    import signal
+
+    cmd = [sys.executable, "-m", "dvc", "repro", "--no-run-cache", "--force", "--single-item", stage]
+    proc = subprocess.Popen(cmd, cwd=dst, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    kill_when(_step_process(proc))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _run(cmd, dst, env)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_data_step_killed_at_a_random_moment_reruns_to_the_same_bytes(repo_copy, seed):
+    """SIGKILL at a random moment of a random step's process (its imports, ~1-2 s, and its work), then
+    ``dvc repro``: the step's outputs and dvc.lock entry are the uninterrupted run's, no temporary left."""
+    import random
+
+    dst, env = repo_copy
+    rng = random.Random(seed)
+    stage = rng.choice(["ingest", "dedup", "decontaminate", "validate", "build", "export"])
+    before = _stage_lock(dst, stage)
+    seconds = json.loads((dst / "logs" / "timings.json").read_text())[stage]
+    _kill_and_rerun(dst, env, stage, lambda _: time.sleep(rng.uniform(1.0, 2.0 + seconds)))
+    assert _stage_lock(dst, stage) == before
+    assert _leftovers(dst) == []
+
+
+@pytest.mark.parametrize("stage", ["dedup", "export"])
+def test_a_data_step_killed_in_the_middle_of_a_write_leaves_nothing_behind(repo_copy, stage):
+    """SIGKILL the moment the step's first temporary output exists (a write under way), then ``dvc repro``."""
+    dst, env = repo_copy
+    before = _stage_lock(dst, stage)
+
+    def first_write(step) -> None:
+        deadline = time.monotonic() + 120
+        while not _leftovers(dst):
+            assert step.is_running() and time.monotonic() < deadline, "the step wrote no temporary file"
+            time.sleep(0.005)
+
+    _kill_and_rerun(dst, env, stage, first_write)
+    assert _stage_lock(dst, stage) == before
+    assert _leftovers(dst) == []

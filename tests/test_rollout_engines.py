@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from common.io import write_parquet
 from stages.grpo import GRPOConfig, GRPOStage, policy_batch, response_logprobs
 from stages.mopd import MOPDConfig, MOPDStage
-from stages.rollout import HFRolloutEngine, SamplingConfig, make_rollout_engine, vllm_available
+from stages.rollout import BF16_LOGPROB_DIFF, HFRolloutEngine, SamplingConfig, make_rollout_engine, vllm_available
 from tests.rows import rl_table
 from tests.tiny_lm import tiny_llama
 
@@ -213,17 +213,19 @@ def test_grpo_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir):
 
 
 @needs_vllm
-def test_mopd_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir):
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 1e-3), ("bfloat16", BF16_LOGPROB_DIFF)])
+def test_mopd_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir, dtype, tolerance):
     """Two MOPD steps with the student's own weights as teacher: the reverse KL starts at the
-    trainer/sampler disagreement (~0) and every step's logprob_diff is within tolerance."""
+    trainer/sampler disagreement (~0) and every step's logprob_diff is within tolerance; in bf16 the
+    sampler is a bf16 vLLM, the trainer and teacher autocast, and the tolerance the bf16 one."""
     before = _engine_processes()
     cfg = MOPDConfig.model_validate({**_common(tmp_path, "mopd_vllm"), "runner": "mopd", "rollouts_per_prompt": 2,
-                                     "datasets": [str(_rl_set(tmp_path / "set"))],
+                                     "datasets": [str(_rl_set(tmp_path / "set"))], "dtype": dtype,
                                      "teachers": {"math": str(smollm2_dir)}})
     result = MOPDStage(cfg, environment=StartsWith("The")).run(cfg.datasets, smollm2_dir)
     rows = _rows(tmp_path, "mopd_vllm")
     assert len(rows) == 2
-    assert abs(float(rows[0]["reverse_kl/math"])) < 1e-3
-    assert all(float(r["logprob_diff"]) < 1e-3 for r in rows)
+    assert abs(float(rows[0]["reverse_kl/math"])) < tolerance
+    assert all(float(r["logprob_diff"]) < tolerance for r in rows)
     assert json.loads(result.metrics.read_text())["counts"].get("skipped_steps", 0) == 0
     assert _engine_processes() <= before  # the stage's engine was shut down

@@ -39,7 +39,7 @@ def test_cascade_writes_checkpoints_with_lineage_and_per_domain_metrics(cascade_
     assert record["datasets"]["data/sets/rl/multi_domain"].startswith("md5:")
     for stage in CASCADE:
         summary = json.loads((dst / "metrics/train" / f"{stage}.json").read_text())
-        assert summary["steps"] >= 1 and summary["wall_s"] > 0
+        assert summary["steps"] >= 1 and not any(k.endswith("_s") for k in summary["final"])  # no timings
         assert {"instruction_following", "stem_mcqa", "tool_calling"} <= set(summary["validation"])
         for domain, m in summary["validation"].items():
             if m["rows"] == 0:  # every held-out row longer than max_prompt_tokens: counted, not scored

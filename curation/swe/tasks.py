@@ -28,13 +28,12 @@ import difflib
 import random
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from common.io import Rejects, finish_step, write_parquet
+from common.io import Rejects, atomic_dir, finish_step, write_parquet
 from corpora.schema import SCHEMAS, row_uuid, validate_row
 from curation.swe.mutate import Mutant, mutants
 from curation.swe.repos import (
@@ -235,11 +234,9 @@ def run_swe_tasks(cfg: dict[str, Any], registry: str | Path, ingested: Path, out
     problems_rejected = len(rejects)
     packages = [package_repo(specs[n], cfg["cache_dir"]) for n in cfg.get("repositories", [])]
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
     rng = random.Random(int(cfg.get("seed", 0)))
     rows, totals, per_source = [], {"candidates": 0, "mutants": 0, "test_runs": 0, "test_s": 0.0}, {}
-    try:
+    with atomic_dir(out_dir) as staging:
         for repo, limits in [(r, cfg["tiny"]) for r in tiny] + [(p, cfg["package"]) for p in packages]:
             got, stats = build_repo_tasks(repo, {**limits, "test_timeout_s": cfg.get("test_timeout_s", 60)},
                                           rng, rejects, staging / "repos")
@@ -253,12 +250,6 @@ def run_swe_tasks(cfg: dict[str, Any], registry: str | Path, ingested: Path, out
         for split, part in (("validation", rows[:n_val]), ("train", rows[n_val:])):
             write_parquet(pl.DataFrame(part, schema=pl.from_arrow(SCHEMAS["rl"].empty_table()).schema).to_arrow(),
                           staging / f"{split}.parquet", SCHEMAS["rl"])
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return finish_step("swe_tasks", totals["candidates"] + problems_rejected, len(rows), rejects, root,
                        tasks_by_source=per_source, validation_rows=n_val, mutants_enumerated=totals["mutants"],
                        test_runs=totals["test_runs"])
