@@ -266,6 +266,7 @@ class GRPOStage:
                     accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
                     ref_model)))
                 stats.update(generate_s=t_gen, step_s=time.perf_counter() - t0)
+                stats["tokens_per_s"] = sum(map(len, ro.response_ids)) / stats["step_s"]  # sampled
                 run.log(step, stats)
             # validation is verifiable per domain: a GenRM judge scores groups, not single answers
             eval_env = make_environment("verifiers") if cfg.environment == "genrm" and not self.environment else env

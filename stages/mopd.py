@@ -333,6 +333,7 @@ class MOPDStage(GRPOStage):
                 stats.update(optimizer_step(run, engine, rollout, indices, partial(  # none left: skipped, counted
                     accumulate_distillation, engine.model, engine.backward, ro, t_lps, indices, cfg, rollout.pad)))
                 stats.update(generate_s=t_gen, teacher_s=t_teach, step_s=time.perf_counter() - t0)
+                stats["tokens_per_s"] = sum(map(len, ro.response_ids)) / stats["step_s"]  # sampled
                 run.log(step, stats)
             run.counts["teacher_loads"] = pool.loads
             validation = run.validate(rollout, builder, env)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from stages.state import StateMismatch
 from tests import resume_job
@@ -89,6 +90,23 @@ def test_a_run_killed_at_a_random_step_resumes_bitwise_equal(runner, data, unint
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # no step twice, none missing
     assert rows == _rows(uninterrupted[runner], runner)
     assert not any(state_dir.iterdir())  # a finished run leaves no state behind
+
+
+def test_a_deepspeed_run_killed_and_resumed_ends_within_fp32_tolerance(data, tmp_path):
+    """The deepspeed engine (ZeRO-2, one gloo process) saves and loads its state with DeepSpeed's own
+    checkpoint API: the resumed run ends where an uninterrupted one does."""
+    pytest.importorskip("deepspeed", reason="install the `distributed` extra")
+    from safetensors.torch import load_file
+
+    engine, full, killed = 'train_engine="deepspeed"', tmp_path / "full", tmp_path / "killed"
+    _finish(_job("grpo", data, full, engine))
+    _kill_after(_job("grpo", data, killed, engine), killed / "metrics" / "resume_grpo" / "steps.jsonl", 2)
+    assert any((killed / "ckpt" / ".states" / "resume_grpo").glob("step-*/deepspeed"))
+    _finish(_job("grpo", data, killed, engine))
+    got = load_file(killed / "ckpt" / "resume_grpo" / "model.safetensors")
+    want = load_file(full / "ckpt" / "resume_grpo" / "model.safetensors")
+    assert got.keys() == want.keys() and all(torch.allclose(got[k], want[k], atol=1e-5) for k in want)
+    assert _rows(killed, "grpo") == _rows(full, "grpo")
 
 
 def test_a_damaged_latest_state_falls_back_to_the_one_before(data, uninterrupted, tmp_path):
