@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -54,6 +54,7 @@ class GRPOConfig(StageConfig):
     loss: str = "policy_gradient"
     aggregation: str = "token_mean"
     kl_beta: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k2"  # stages.losses.kl_penalty: k2 descends KL(pi || pi_ref)
     dynamic_filtering: bool = True
     mask_truncated: bool = True
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
@@ -147,7 +148,8 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
             with torch.no_grad():
                 ref = response_logprobs(ref_model, batch, cfg.sampling.temperature)
         loss, stats = loss_fn(lp, advantages[chunk], mask, num_tokens=num_tokens, aggregation=cfg.aggregation,
-                              max_len=max_len or cfg.sampling.max_new_tokens, ref_logprobs=ref, kl_beta=cfg.kl_beta)
+                              max_len=max_len or cfg.sampling.max_new_tokens, ref_logprobs=ref, kl_beta=cfg.kl_beta,
+                              **({"kl_estimator": cfg.kl_estimator} if cfg.kl_beta else {}))
         if cfg.aggregation != "token_mean":  # sequence-level means: weight each micro-batch by its rows
             loss = loss * (len(chunk) / len(indices))
             stats = {k: v * len(chunk) / len(indices) for k, v in stats.items()}

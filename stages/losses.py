@@ -90,11 +90,44 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k2",
+               clamp: float = 20.0) -> torch.Tensor:
+    """Per-token KL penalty term of a loss (``beta * aggregate(kl_penalty)``), from tokens sampled
+    from ``pi_theta`` (on-policy), with ``d = log pi_ref - log pi_theta`` clamped to ``[-clamp, clamp]``
+    and k3 capped at 10 (verl's ``kl_penalty``; no gradient beyond the clamp).
+
+    Which divergence the gradient descends (expectation over ``y ~ pi_theta``; Schulman 2020,
+    "Approximating KL Divergence"; tests/test_losses.py checks each against autograd of the exact
+    divergence on a small vocabulary):
+
+    - ``k1 = -d``: gradient ``grad log pi_theta``, zero in expectation. Its value estimates
+      KL(pi_theta || pi_ref) without bias, but as a loss it pulls toward nothing.
+    - ``k2 = d^2 / 2``: gradient ``-d * grad log pi_theta``, whose expectation is exactly
+      ``grad KL(pi_theta || pi_ref)``: the recipe's RLHF term (beta KL(pi_theta || pi_ref)); the default.
+    - ``k3 = exp(d) - d - 1`` (GRPO, arXiv 2402.03300 eq. 4): gradient ``(1 - pi_ref / pi_theta) grad log
+      pi_theta``, whose expectation is ``grad KL(pi_ref || pi_theta)``: the forward KL, not the reverse
+      one its value estimates.
+
+    Shapes ``[B, T]`` float (nats). Raises ValueError for another ``estimator``.
+    """
+    d = (ref_logprobs - logprobs).clamp(-clamp, clamp)
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.square()
+    if estimator == "k3":
+        return (torch.exp(d) - d - 1.0).clamp(max=10.0)
+    raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {list(KL_ESTIMATORS)}")
+
+
 def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
                          num_tokens: float | None = None, aggregation: str = "token_mean",
                          max_len: int | None = None, ref_logprobs: torch.Tensor | None = None,
-                         kl_beta: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
-    """Strict on-policy GRPO loss ``-A_i * rho_{i,t}`` (+ ``beta * k3``), aggregated over ``mask``.
+                         kl_beta: float = 0.0, kl_estimator: str = "k2") -> tuple[torch.Tensor, dict[str, float]]:
+    """Strict on-policy GRPO loss ``-A_i * rho_{i,t}`` (+ ``beta * kl_penalty``), aggregated over ``mask``.
 
     ``rho = exp(logprobs - sg[logprobs]) == 1`` (one optimizer step per rollout batch),
     so the gradient is REINFORCE with group-normalized rewards (the recipe's GRPO section).
@@ -104,8 +137,10 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
         advantages: float ``[B]`` (one per response) or ``[B, T]``.
         mask: ``[B, T]`` response tokens that count (truncated responses already zeroed).
         ref_logprobs: ``[B, T]`` of the frozen reference; needed when ``kl_beta > 0``.
+        kl_estimator: the penalty's estimator (:func:`kl_penalty`: ``k2`` descends KL(pi_theta || pi_ref)).
     Returns:
-        ``(loss, stats)`` with stats ``pg_loss`` and ``kl`` (token means over ``mask``).
+        ``(loss, stats)`` with stats ``pg_loss``, and with a KL term ``kl`` (:func:`kl_k3`'s value: the
+        unbiased, non-negative estimate of KL(pi_theta || pi_ref)) and ``kl_penalty`` (token means over ``mask``).
     Raises:
         ValueError: ``kl_beta > 0`` without ``ref_logprobs``; see :func:`aggregate`.
     """
@@ -117,9 +152,10 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
     if kl_beta:
         if ref_logprobs is None:
             raise ValueError("kl_beta > 0 needs ref_logprobs (a reference model)")
-        kl = aggregate(kl_k3(logprobs, ref_logprobs), mask, aggregation, num_tokens, max_len)
-        loss = loss + kl_beta * kl
-        stats["kl"] = float(kl.detach())
+        penalty = aggregate(kl_penalty(logprobs, ref_logprobs, kl_estimator), mask, aggregation, num_tokens, max_len)
+        loss = loss + kl_beta * penalty
+        stats["kl_penalty"] = float(penalty.detach())
+        stats["kl"] = float(aggregate(kl_k3(logprobs.detach(), ref_logprobs), mask, aggregation, num_tokens, max_len))
     return loss, stats
 
 

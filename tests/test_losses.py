@@ -9,6 +9,7 @@ from stages.losses import (
     aggregate,
     get_loss,
     kl_k3,
+    kl_penalty,
     policy_gradient_loss,
     sft_loss,
     sft_target_mask,
@@ -94,8 +95,9 @@ def test_kl_term_is_added_with_beta_and_needs_a_reference():
     ref = torch.log(torch.tensor([[0.25, 0.5]]))
     mask = torch.ones(1, 2, dtype=torch.bool)
     loss, stats = policy_gradient_loss(lp, torch.zeros(1), mask, ref_logprobs=ref, kl_beta=0.03)
-    assert stats["kl"] == pytest.approx((0.5 + math.log(2) - 1) / 2)
-    assert loss.item() == pytest.approx(0.03 * stats["kl"])
+    assert stats["kl"] == pytest.approx((0.5 + math.log(2) - 1) / 2)  # k3's value, logged
+    assert stats["kl_penalty"] == pytest.approx(0.5 * math.log(2) ** 2 / 2)  # k2 (the default), in the loss
+    assert loss.item() == pytest.approx(0.03 * stats["kl_penalty"])
     with pytest.raises(ValueError, match="needs ref_logprobs"):
         policy_gradient_loss(lp, torch.zeros(1), mask, kl_beta=0.03)
 
@@ -123,3 +125,33 @@ def test_loss_registry_names():
     assert get_loss("policy_gradient") is policy_gradient_loss and get_loss("sft") is sft_loss
     with pytest.raises(ValueError, match="no loss 'ppo'"):
         get_loss("ppo")
+
+
+@pytest.mark.parametrize(("estimator", "divergence"), [("k1", None), ("k2", "reverse"), ("k3", "forward")])
+def test_kl_penalty_gradient_descends_the_divergence_its_docstring_names(estimator, divergence):
+    """The exact expectation over a 6-token vocabulary of the penalty's gradient under y ~ pi_theta
+    equals autograd of the exact divergence: k2 -> KL(pi || ref), k3 -> KL(ref || pi), k1 -> 0."""
+    g = torch.Generator().manual_seed(0)
+    theta = torch.randn(6, generator=g, requires_grad=True)
+    ref = torch.randn(6, generator=g).log_softmax(-1)
+    logp = theta.log_softmax(-1)
+    sampled = logp.exp().detach()  # the sampling distribution carries no gradient (on-policy samples)
+    (got,) = torch.autograd.grad((sampled * kl_penalty(logp, ref, estimator)).sum(), theta)
+    logp = theta.log_softmax(-1)
+    exact = {"reverse": (logp.exp() * (logp - ref)).sum(), "forward": (ref.exp() * (ref - logp)).sum(),
+             None: 0.0 * logp.sum()}[divergence]
+    (want,) = torch.autograd.grad(exact, theta)
+    assert torch.allclose(got, want, atol=1e-6), (got, want)
+    assert float(got.abs().max()) > 1e-3 or divergence is None
+
+
+def test_kl_penalty_clamps_the_log_ratio_like_verl_and_names_a_wrong_estimator():
+    lp = torch.tensor([0.0, -60.0], requires_grad=True)
+    ref = torch.tensor([-60.0, 0.0])
+    assert kl_penalty(lp, ref, "k2").tolist() == pytest.approx([200.0, 200.0])  # d clamped to -20 / +20
+    out = kl_penalty(lp, ref, "k3")
+    assert out.tolist() == pytest.approx([10.0, 10.0])  # exp(-20) + 20 - 1 and exp(20) - 21, capped at 10
+    out.sum().backward()
+    assert lp.grad.tolist() == [0.0, 0.0]  # beyond the clamp: no gradient
+    with pytest.raises(ValueError, match="unknown KL estimator 'k4'"):
+        kl_penalty(lp, ref, "k4")
