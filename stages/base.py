@@ -55,6 +55,7 @@ class StageConfig(BaseModel):
     # sampling.max_logprob_diff BF16_LOGPROB_DIFF (SamplingConfig.for_dtype); float32 by default
     dtype: Literal["float32", "bfloat16"] = "float32"
     rollout_engine: str = "auto"  # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
+    loss_chunk_tokens: int = Field(4096, ge=1)  # tokens per LM-head chunk of the losses (stages/lm_head.py)
     save_every: int = Field(10, ge=0)  # training state every N optimizer steps and at the last (0: last only)
     keep_last: int = Field(2, ge=1)    # training states kept (stages/state.py)
 

@@ -35,10 +35,12 @@ from stages.environment import (
     load_rl_rows,
     make_environment,
 )
-from stages.losses import get_loss, token_logprobs
+from stages.lm_head import chunked_logprobs, final_hidden_states, head_weight
+from stages.losses import get_loss
 from stages.onpolicy import check_logprob_diff, check_weights_version, logprob_diff_sum
 from stages.rollout import Rollouts, SamplingConfig
 from stages.runtime import BatchCycle, StageRun
+from stages.train_engine import compute_dtype
 
 
 class GRPOConfig(StageConfig):
@@ -85,35 +87,41 @@ def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[st
 
 
 def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor], temperature: float = 1.0,
-                      share_prompts: bool = True) -> torch.Tensor:
-    """float32 ``[B, R]``: log pi(response token | prefix) at the sampling temperature.
+                      share_prompts: bool = True, chunk: int = 4096) -> torch.Tensor:
+    """float32 ``[B, R]``: log pi(response token | prefix) at the sampling temperature; 0 where
+    ``response_mask`` is False.
 
-    Rows with the same prompt (the ``n`` rollouts of a prompt, equal left-padded columns ``[:P]``)
-    share its forward when ``share_prompts``: the ``U`` distinct prompts run once with a KV cache,
-    the cache is indexed out to the ``B`` rows (differentiably: gradients flow back into the prompt
-    forward), and only the responses run per row; token for token the same log-probs and gradients
-    as one forward over ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens
-    instead of ``B * (P + R)``. Otherwise one forward where only the last ``R + 1`` positions go
-    through the LM head (``logits_to_keep``).
+    Only the response tokens go through the LM head, ``chunk`` at a time
+    (:func:`stages.lm_head.chunked_logprobs`): no ``[B, R, V]`` logits. Rows with the same prompt (the
+    ``n`` rollouts of a prompt, equal left-padded columns ``[:P]``) share its forward when
+    ``share_prompts``: the ``U`` distinct prompts run once with a KV cache, the cache is indexed out to
+    the ``B`` rows (differentiably: gradients flow back into the prompt forward), and only the
+    responses run per row; token for token the same log-probs and gradients as one forward over
+    ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens instead of ``B * (P + R)``.
     """
     ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
     r_w = batch["response_ids"].shape[1]
     p_w = ids.shape[1] - r_w
     prompts, inverse = torch.unique(ids[:, :p_w], dim=0, return_inverse=True)
     if not share_prompts or len(prompts) == len(ids):
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=r_w + 1, use_cache=False)
-        return token_logprobs(out.logits[:, :-1], batch["response_ids"], temperature)
-    first = torch.empty(len(prompts), dtype=torch.long).scatter_(0, inverse, torch.arange(len(ids)))  # any row of each
-    head = model(input_ids=prompts, attention_mask=mask[first, :p_w], position_ids=pos[first, :p_w],
-                 logits_to_keep=1, use_cache=True)
-    logits = head.logits[inverse]  # [B, 1, V]: scores each response's first token
-    if r_w > 1:
-        cache = head.past_key_values
-        cache.batch_select_indices(inverse)
-        tail = model(input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1], position_ids=pos[:, p_w:-1],
-                     past_key_values=cache, use_cache=True)
-        logits = torch.cat([logits, tail.logits], dim=1)
-    return token_logprobs(logits, batch["response_ids"], temperature)
+        hidden, _ = final_hidden_states(model, input_ids=ids, attention_mask=mask, position_ids=pos)
+        hidden = hidden[:, p_w - 1:-1]  # position t scores the token at t + 1
+    else:
+        first = torch.empty(len(prompts), dtype=torch.long).scatter_(0, inverse, torch.arange(len(ids)))  # any row
+        head, out = final_hidden_states(model, input_ids=prompts, attention_mask=mask[first, :p_w],
+                                        position_ids=pos[first, :p_w], use_cache=True)
+        hidden = head[inverse, -1:]  # [B, 1, H]: scores each response's first token
+        if r_w > 1:
+            cache = out.past_key_values
+            cache.batch_select_indices(inverse)
+            tail, _ = final_hidden_states(model, input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1],
+                                          position_ids=pos[:, p_w:-1], past_key_values=cache, use_cache=True)
+            hidden = torch.cat([hidden, tail], dim=1)
+    scored = batch["response_mask"].bool()
+    logprobs = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device)
+    logprobs[scored] = chunked_logprobs(hidden[scored], head_weight(model), batch["response_ids"][scored], chunk,
+                                        temperature, dtype=compute_dtype(model))
+    return logprobs
 
 
 def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[torch.Tensor], None],
@@ -142,11 +150,11 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
         mask = batch["response_mask"].clone()
         for row, i in enumerate(chunk):
             mask[row, :len(masks[i])] &= torch.tensor(masks[i], dtype=torch.bool)
-        lp = response_logprobs(model, batch, cfg.sampling.temperature)
+        lp = response_logprobs(model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
         ref = None
         if cfg.kl_beta:
             with torch.no_grad():
-                ref = response_logprobs(ref_model, batch, cfg.sampling.temperature)
+                ref = response_logprobs(ref_model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
         loss, stats = loss_fn(lp, advantages[chunk], mask, num_tokens=num_tokens, aggregation=cfg.aggregation,
                               max_len=max_len or cfg.sampling.max_new_tokens, ref_logprobs=ref, kl_beta=cfg.kl_beta,
                               **({"kl_estimator": cfg.kl_estimator} if cfg.kl_beta else {}))

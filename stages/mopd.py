@@ -261,7 +261,7 @@ def accumulate_distillation(model: Any, backward: Any, rollouts: Rollouts, teach
     for start in range(0, len(indices), cfg.micro_batch_size):
         chunk = indices[start:start + cfg.micro_batch_size]
         batch = policy_batch(rollouts, chunk, pad_id)
-        lp = response_logprobs(model, batch, cfg.sampling.temperature)
+        lp = response_logprobs(model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
         totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, batch["response_mask"]) / max(num_tokens, 1)
         width = lp.shape[1]
         loss, stats = loss_fn(lp, _padded([rollouts.logprobs[i] for i in chunk], width),

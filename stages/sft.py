@@ -25,8 +25,10 @@ from pydantic import Field
 from packing.attention import document_attention
 from packing.dataset import PackedDataset, collate_packed
 from stages.base import StageConfig, StageResult
-from stages.losses import sft_loss, sft_target_mask
+from stages.lm_head import chunked_logprobs, final_hidden_states, head_weight
+from stages.losses import sft_target_mask
 from stages.runtime import StageRun
+from stages.train_engine import compute_dtype, in_precision
 
 
 class SFTConfig(StageConfig):
@@ -78,19 +80,37 @@ def _window(pack: dict[str, torch.Tensor], a: int, b: int, bounds: list[int]) ->
 
 def packed_forward(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Logits ``[B, T, V]`` of a collated packed batch with document-local attention
-    (:func:`packing.attention.document_attention`)."""
+    (:func:`packing.attention.document_attention`): the unchunked reference of :func:`packed_nll`."""
     with document_attention(model):
         return model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
 
 
-def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-    """Backward the SFT loss of one accumulation window; each micro-batch loss is divided by the
-    window's supervised-token count. Returns the window ``loss`` (mean nats/token) and ``tokens``."""
+def packed_nll(model, batch: dict[str, torch.Tensor], chunk: int) -> tuple[torch.Tensor, int]:
+    """Summed next-token NLL (float32 scalar, with a graph) of the supervised targets of a packed batch
+    (:func:`stages.losses.sft_target_mask`) and their count, with document-local attention.
+
+    Only the supervised positions go through the LM head, ``chunk`` at a time
+    (:func:`stages.lm_head.chunked_logprobs`): the ``[T, V]`` logits never exist, and the value and
+    gradients equal :func:`stages.losses.sft_loss` on :func:`packed_forward`'s logits.
+    """
+    with document_attention(model):
+        hidden, _ = final_hidden_states(model, input_ids=batch["input_ids"], position_ids=batch["position_ids"])
+    mask = sft_target_mask(batch["labels"], batch["position_ids"])
+    logprobs = chunked_logprobs(hidden[:, :-1][mask], head_weight(model), batch["labels"][:, 1:][mask], chunk,
+                                dtype=compute_dtype(model))
+    return -logprobs.sum(), int(mask.sum())
+
+
+def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]], chunk: int = 4096
+                   ) -> dict[str, float]:
+    """Backward the SFT loss of one accumulation window (:func:`packed_nll`, LM head ``chunk`` tokens at a
+    time); each micro-batch loss is divided by the window's supervised-token count. Returns the window
+    ``loss`` (mean nats/token) and ``supervised_tokens``."""
     num_tokens = sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum()) for b in micro_batches)
     total = 0.0
     for b in micro_batches:
-        loss, _ = sft_loss(packed_forward(model, b), b["labels"], position_ids=b["position_ids"],
-                           num_tokens=num_tokens)
+        nll, _ = packed_nll(model, b, chunk)
+        loss = nll / max(num_tokens, 1)
         backward(loss)
         total += float(loss.detach())
     return {"loss": total, "supervised_tokens": float(num_tokens)}
@@ -167,7 +187,7 @@ class SFTStage:
                 t0 = time.perf_counter()
                 micro = [collate_packed([next(windows) for _ in range(cfg.micro_batch_size)], pad)
                          for _ in range(cfg.grad_accum)]
-                stats = accumulate_sft(engine.model, engine.backward, micro)
+                stats = accumulate_sft(engine.model, engine.backward, micro, cfg.loss_chunk_tokens)
                 stats.update(engine.step())
                 dt = time.perf_counter() - t0
                 tokens = sum(b["input_ids"].numel() for b in micro)
@@ -185,8 +205,8 @@ class SFTStage:
         nll = tokens = 0.0
         for _ in range(cfg.validation_windows):
             b = collate_packed([next(windows)], pad)
-            _, s = sft_loss(packed_forward(module, b), b["labels"], position_ids=b["position_ids"])
-            nll, tokens = nll + s["nll_sum"], tokens + s["tokens"]
+            window_nll, window_tokens = packed_nll(in_precision(module, module, cfg.dtype), b, cfg.loss_chunk_tokens)
+            nll, tokens = nll + float(window_nll), tokens + window_tokens
         module.train()
         run.last["val_loss"] = nll / max(tokens, 1.0)
         run.log_.rows[-1]["val_loss"] = run.last["val_loss"]

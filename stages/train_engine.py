@@ -220,6 +220,11 @@ class Autocast:
         return getattr(self.forward, name)
 
 
+def compute_dtype(forward: Any) -> torch.dtype | None:
+    """The dtype ``forward`` computes in when it is an :class:`Autocast` wrapper, else ``None``."""
+    return forward.dtype if isinstance(forward, Autocast) else None
+
+
 def in_precision(forward: Any, module: torch.nn.Module, dtype: str) -> Any:
     """``forward`` (``module`` or a wrapper of it) computing in ``dtype``: ``float32`` as is,
     ``bfloat16`` under :class:`Autocast` on ``module``'s device.
