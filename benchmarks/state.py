@@ -44,9 +44,9 @@ def main() -> None:
             torch.load(found / "rng.pt", weights_only=False)
             writes.append(t1 - t0)
             loads.append(time.perf_counter() - t1)
-        size = sum(f.stat().st_size for f in path.iterdir())
+        size, names = sum(f.stat().st_size for f in path.iterdir()), sorted(f.name for f in path.iterdir())
     print(f"model {a.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"state {size / 2**20:.0f} MiB ({', '.join(sorted(f.name for f in path.iterdir()))})")
+          f"state {size / 2**20:.0f} MiB ({', '.join(names)})")
     print(f"state: write={statistics.median(writes):.2f}s load={statistics.median(loads):.2f}s "
           f"(median of {a.repeats}; load includes the sha256 check)")
 
