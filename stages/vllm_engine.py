@@ -93,7 +93,15 @@ class VLLMRolloutEngine:
         if opts.max_model_len is not None:
             kwargs["max_model_len"] = opts.max_model_len
         kwargs.update(opts.extra)
-        self.llm = LLM(model=str(model_path), tokenizer=str(model_path), **kwargs)
+        previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if opts.multiprocessing else "0"
+        try:
+            self.llm = LLM(model=str(model_path), tokenizer=str(model_path), **kwargs)
+        finally:
+            if previous is None:
+                del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+            else:
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
         self.tokenizer, self.sampling = tokenizer, sampling
         self.eos, self.pad = stop_tokens(eos_token_id, tokenizer)
         self.weights_version = 0

@@ -141,7 +141,7 @@ def _kill_and_rerun(dst: Path, env: dict, stage: str, kill_when) -> None:
     _run(cmd, dst, env)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_a_data_step_killed_at_a_random_moment_reruns_to_the_same_bytes(repo_copy, seed):
     """SIGKILL at a random moment of a random step's process (its imports, ~1-2 s, and its work), then
     ``dvc repro``: the step's outputs and dvc.lock entry are the uninterrupted run's, no temporary left."""
@@ -157,7 +157,7 @@ def test_a_data_step_killed_at_a_random_moment_reruns_to_the_same_bytes(repo_cop
     assert _leftovers(dst) == []
 
 
-@pytest.mark.parametrize("stage", ["dedup", "export"])
+@pytest.mark.parametrize("stage", ["dedup", pytest.param("export", marks=pytest.mark.slow)])
 def test_a_data_step_killed_in_the_middle_of_a_write_leaves_nothing_behind(repo_copy, stage):
     """SIGKILL the moment the step's first temporary output exists (a write under way), then ``dvc repro``."""
     dst, env = repo_copy

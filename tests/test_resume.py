@@ -92,6 +92,7 @@ def test_a_run_killed_at_a_random_step_resumes_bitwise_equal(runner, data, unint
     assert not any(state_dir.iterdir())  # a finished run leaves no state behind
 
 
+@pytest.mark.slow  # ~50 s: `bash scripts/test.sh -m slow tests/test_resume.py`
 def test_a_deepspeed_run_killed_and_resumed_ends_within_fp32_tolerance(data, tmp_path):
     """The deepspeed engine (ZeRO-2, one gloo process) saves and loads its state with DeepSpeed's own
     checkpoint API: the resumed run ends where an uninterrupted one does."""
