@@ -70,8 +70,9 @@ def grade(rows: list[dict[str, Any]], responses: list[list[str]],
     return out
 
 
-# measure()'s stats that depend on the machine and its load: kept out of the DVC metrics (dvc.lock stays stable)
-TIMING_KEYS = ("wall_s", "cpu_s", "rollouts_per_s", "tokens_per_s")
+# measure()'s stats that describe this run, not its result: seconds and rates depend on the machine and its
+# load, generated counts on what the cache already held. Kept out of the DVC metrics (dvc.lock stays stable).
+RUN_KEYS = ("wall_s", "cpu_s", "rollouts_per_s", "tokens_per_s", "generated_rows", "rollouts", "generated_tokens")
 
 
 def measure(rows: list[dict[str, Any]], sample: Callable[[list[dict[str, Any]]], list[list[str]]],

@@ -359,9 +359,9 @@ def record_timing(key: str, value: Any) -> None:
 
 
 def _split_timings(key: str, stats: dict[str, Any]) -> dict[str, Any]:
-    """``stats`` without :data:`curation.difficulty.TIMING_KEYS`, which go to ``logs/timings.json``
-    under ``key``."""
-    from curation.difficulty import TIMING_KEYS
+    """``stats`` without :data:`curation.difficulty.RUN_KEYS` (this run's seconds, rates and generated
+    counts), which go to ``logs/timings.json`` under ``key``."""
+    from curation.difficulty import RUN_KEYS
 
-    record_timing(key, {k: stats[k] for k in TIMING_KEYS if k in stats})
-    return {k: v for k, v in stats.items() if k not in TIMING_KEYS}
+    record_timing(key, {k: stats[k] for k in RUN_KEYS if k in stats})
+    return {k: v for k, v in stats.items() if k not in RUN_KEYS}

@@ -25,7 +25,8 @@ from tests import resume_job
 from tests.resume_job import STEPS
 
 REPO = Path(__file__).resolve().parents[1]
-RUNNERS = ["sft", "grpo", "mopd", "swe_rl"]
+# the default suite resumes SFT and GRPO; MOPD and SWE RL run with `bash scripts/test.sh -m slow tests/test_resume.py`
+RUNNER_PARAMS = ["sft", "grpo", pytest.param("mopd", marks=pytest.mark.slow), pytest.param("swe_rl", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -70,25 +71,30 @@ def _weights(out: Path, runner: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(data, tmp_path_factory) -> dict[str, Path]:
-    outs = {}
-    for runner in RUNNERS:
-        outs[runner] = tmp_path_factory.mktemp(f"full_{runner}")
-        _finish(_job(runner, data, outs[runner]))
-    return outs
+def uninterrupted(data, tmp_path_factory):
+    """``runner -> out dir`` of its uninterrupted run, run once on first use."""
+    outs: dict[str, Path] = {}
+
+    def get(runner: str) -> Path:
+        if runner not in outs:
+            outs[runner] = tmp_path_factory.mktemp(f"full_{runner}")
+            _finish(_job(runner, data, outs[runner]))
+        return outs[runner]
+
+    return get
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("runner", RUNNER_PARAMS)
 def test_a_run_killed_at_a_random_step_resumes_bitwise_equal(runner, data, uninterrupted, tmp_path):
     kill_at = random.Random(runner).randint(1, STEPS - 1)
     _kill_after(_job(runner, data, tmp_path), tmp_path / "metrics" / f"resume_{runner}" / "steps.jsonl", kill_at)
     state_dir = tmp_path / "ckpt" / ".states" / f"resume_{runner}"
     assert not (tmp_path / "ckpt" / f"resume_{runner}").exists() and state_dir.is_dir()
     _finish(_job(runner, data, tmp_path))
-    assert _weights(tmp_path, runner) == _weights(uninterrupted[runner], runner)
+    assert _weights(tmp_path, runner) == _weights(uninterrupted(runner), runner)
     rows = _rows(tmp_path, runner)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # no step twice, none missing
-    assert rows == _rows(uninterrupted[runner], runner)
+    assert rows == _rows(uninterrupted(runner), runner)
     assert not any(state_dir.iterdir())  # a finished run leaves no state behind
 
 
@@ -118,7 +124,7 @@ def test_a_damaged_latest_state_falls_back_to_the_one_before(data, uninterrupted
     weights.write_bytes(weights.read_bytes()[:1000])  # truncated
     err = _finish(_job("grpo", data, tmp_path))
     assert f"training state {states[-1]} is damaged (model.safetensors)" in err
-    assert _weights(tmp_path, "grpo") == _weights(uninterrupted["grpo"], "grpo")
+    assert _weights(tmp_path, "grpo") == _weights(uninterrupted("grpo"), "grpo")
 
 
 def test_a_state_of_another_config_is_refused_naming_the_difference(data, tmp_path):
