@@ -6,6 +6,7 @@ the ``cascade`` CLI; the paths below are the ones it declares.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -343,11 +344,15 @@ def summary(root: Path = Path(".")) -> list[dict[str, Any]]:
 def run_step(name: str, params: dict[str, Any], fn: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """Run step ``name`` (``fn``, default ``STEPS[name]``: every data step, ``swe_tasks``, and
     ``cascade train`` / ``report``) and record its wall seconds in ``logs/timings.json`` (kept out
-    of the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged)."""
+    of the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged). Under a
+    data-parallel launcher only rank 0 (``RANK`` unset or 0) touches those files."""
     t0 = time.perf_counter()
-    remove_spills(name)
+    main = os.environ.get("RANK", "0") == "0"
+    if main:
+        remove_spills(name)
     result = (fn or STEPS[name])(params)
-    record_timing(name, round(time.perf_counter() - t0, 2))
+    if main:
+        record_timing(name, round(time.perf_counter() - t0, 2))
     return result
 
 

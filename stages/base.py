@@ -50,6 +50,8 @@ class StageConfig(BaseModel):
     metrics_dir: str = "metrics/train"
     plots_dir: str = "plots"
     threads: int | None = None  # torch intra-op threads (None: torch's default)
+    # the rank's device: auto (cuda where torch sees a GPU, else cpu) | cpu | cuda (cuda:LOCAL_RANK)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     # bfloat16: policy, reference and teachers run under autocast with fp32 weights (master weights,
     # AdamW state; stages.train_engine.in_precision), a vllm sampler in bf16 and
     # sampling.max_logprob_diff BF16_LOGPROB_DIFF (SamplingConfig.for_dtype); float32 by default

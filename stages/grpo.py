@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import Field
 
+from stages import distributed
 from stages.advantages import get_advantage, informative_groups
 from stages.base import StageConfig, StageResult
 from stages.environment import (
@@ -35,7 +36,7 @@ from stages.environment import (
     load_rl_rows,
     make_environment,
 )
-from stages.lm_head import chunked_logprobs, final_hidden_states, head_weight
+from stages.lm_head import final_hidden_states, head_logprobs, head_weight, model_device, partitioned
 from stages.losses import get_loss
 from stages.onpolicy import check_logprob_diff, check_weights_version, logprob_diff_sum
 from stages.rollout import Rollouts, SamplingConfig
@@ -88,8 +89,8 @@ def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[st
 
 def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor], temperature: float = 1.0,
                       share_prompts: bool = True, chunk: int = 4096) -> torch.Tensor:
-    """float32 ``[B, R]``: log pi(response token | prefix) at the sampling temperature; 0 where
-    ``response_mask`` is False.
+    """float32 ``[B, R]`` on the model's device: log pi(response token | prefix) at the sampling
+    temperature; 0 where ``response_mask`` is False. ``batch`` (:func:`policy_batch`) may be on any device.
 
     Only the response tokens go through the LM head, ``chunk`` at a time
     (:func:`stages.lm_head.chunked_logprobs`): no ``[B, R, V]`` logits. Rows with the same prompt (the
@@ -98,30 +99,48 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     the ``B`` rows (differentiably: gradients flow back into the prompt forward), and only the
     responses run per row; token for token the same log-probs and gradients as one forward over
     ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens instead of ``B * (P + R)``.
+
+    Under DeepSpeed ZeRO-3 (partitioned parameters, gathered inside module calls, each call a
+    collective every rank must make the same number of times) the ranks share prompts only when all of
+    them can (one all-reduce), and the LM head runs as one module call
+    (:func:`stages.lm_head.head_logprobs`).
     """
+    batch = {k: v.to(model_device(model)) for k, v in batch.items()}
     ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
     r_w = batch["response_ids"].shape[1]
     p_w = ids.shape[1] - r_w
+    scored = batch["response_mask"].bool()
     prompts, inverse = torch.unique(ids[:, :p_w], dim=0, return_inverse=True)
-    if not share_prompts or len(prompts) == len(ids):
+    share = share_prompts and len(prompts) < len(ids) and r_w > 1
+    if partitioned(head_weight(model)):
+        share = distributed.all_true(share)
+    if not share:
         hidden, _ = final_hidden_states(model, input_ids=ids, attention_mask=mask, position_ids=pos)
         hidden = hidden[:, p_w - 1:-1]  # position t scores the token at t + 1
     else:
-        first = torch.empty(len(prompts), dtype=torch.long).scatter_(0, inverse, torch.arange(len(ids)))  # any row
+        first = torch.empty(len(prompts), dtype=torch.long, device=ids.device).scatter_(
+            0, inverse, torch.arange(len(ids), device=ids.device))  # any row of each prompt
         head, out = final_hidden_states(model, input_ids=prompts, attention_mask=mask[first, :p_w],
                                         position_ids=pos[first, :p_w], use_cache=True)
-        hidden = head[inverse, -1:]  # [B, 1, H]: scores each response's first token
-        if r_w > 1:
-            cache = out.past_key_values
-            cache.batch_select_indices(inverse)
-            tail, _ = final_hidden_states(model, input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1],
-                                          position_ids=pos[:, p_w:-1], past_key_values=cache, use_cache=True)
-            hidden = torch.cat([hidden, tail], dim=1)
-    scored = batch["response_mask"].bool()
+        cache = out.past_key_values
+        cache.batch_select_indices(inverse)
+        tail, _ = final_hidden_states(model, input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1],
+                                      position_ids=pos[:, p_w:-1], past_key_values=cache, use_cache=True)
+        hidden = torch.cat([head[inverse, -1:], tail], dim=1)  # head: scores each response's first token
     logprobs = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device)
-    logprobs[scored] = chunked_logprobs(hidden[scored], head_weight(model), batch["response_ids"][scored], chunk,
-                                        temperature, dtype=compute_dtype(model))
+    logprobs[scored] = head_logprobs(model, hidden[scored], batch["response_ids"][scored], chunk, temperature,
+                                     dtype=compute_dtype(model))
     return logprobs
+
+
+def micro_batches(indices: list[int], size: int) -> list[tuple[list[int], float]]:
+    """``(samples, weight)`` per micro-batch: ``indices`` in runs of ``size`` with weight 1, then, with
+    data-parallel ranks, zero-weight micro-batches of sample 0 until every rank has as many as the rank
+    with the most: DeepSpeed reduces gradients (and ZeRO-3 gathers parameters) inside each backward
+    and forward, collectives every rank must join."""
+    own = [(indices[s:s + size], 1.0) for s in range(0, len(indices), size)]
+    rounds = distributed.all_reduce_max(len(own))
+    return own + [([0], 0.0)] * (rounds - len(own))
 
 
 def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[torch.Tensor], None],
@@ -132,41 +151,46 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
                                max_len: int | None = None) -> dict[str, float]:
     """Backward the GRPO loss of samples ``indices`` in micro-batches of ``cfg.micro_batch_size``.
 
-    Each micro-batch loss is normalized by the trained tokens of all ``indices``, so the
-    accumulated gradient equals that of one batch holding them all. ``loss_masks`` (per sample,
-    int over its response tokens; SWE RL's agent episodes) restricts training to the tokens marked
-    1 (the model's own, not tool outputs), which are then also the normalizer. ``max_len`` is the
-    Dr. GRPO length constant (default ``cfg.sampling.max_new_tokens``). Returns summed ``loss``,
-    ``pg_loss`` (and ``kl``) over the window, ``trained_tokens``, and ``logprob_diff``: mean
-    |trainer - sampler| log-prob of the trained tokens (an on-policy sanity check).
+    Each micro-batch loss is normalized by the trained tokens of all ``indices`` of every
+    data-parallel rank (all-reduced), so the accumulated gradient, summed over ranks, equals that of
+    one batch holding them all. ``loss_masks`` (per sample, int over its response tokens; SWE RL's
+    agent episodes) restricts training to the tokens marked 1 (the model's own, not tool outputs),
+    which are then also the normalizer. ``max_len`` is the Dr. GRPO length constant (default
+    ``cfg.sampling.max_new_tokens``). Returns, over the global window, summed ``loss``, ``pg_loss``
+    (and ``kl``), ``trained_tokens``, and ``logprob_diff``: mean |trainer - sampler| log-prob of the
+    trained tokens (an on-policy sanity check).
     """
     masks = loss_masks or [[1] * len(rollouts.response_ids[i]) for i in range(len(rollouts.response_ids))]
-    num_tokens = sum(sum(masks[i]) for i in indices)
+    window = distributed.all_reduce_sum({"tokens": sum(sum(masks[i]) for i in indices), "samples": len(indices)})
+    num_tokens = int(window["tokens"])
     loss_fn = get_loss(cfg.loss)
-    totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0, "trained_tokens": float(num_tokens)}
-    for start in range(0, len(indices), cfg.micro_batch_size):
-        chunk = indices[start:start + cfg.micro_batch_size]
+    totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
+    for chunk, weight in micro_batches(indices, cfg.micro_batch_size):
         batch = policy_batch(rollouts, chunk, pad_id)
         mask = batch["response_mask"].clone()
         for row, i in enumerate(chunk):
             mask[row, :len(masks[i])] &= torch.tensor(masks[i], dtype=torch.bool)
         lp = response_logprobs(model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
+        mask = mask.to(lp.device)
         ref = None
         if cfg.kl_beta:
             with torch.no_grad():
                 ref = response_logprobs(ref_model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
-        loss, stats = loss_fn(lp, advantages[chunk], mask, num_tokens=num_tokens, aggregation=cfg.aggregation,
-                              max_len=max_len or cfg.sampling.max_new_tokens, ref_logprobs=ref, kl_beta=cfg.kl_beta,
+        loss, stats = loss_fn(lp, advantages[chunk].to(lp.device), mask, num_tokens=num_tokens,
+                              aggregation=cfg.aggregation, max_len=max_len or cfg.sampling.max_new_tokens,
+                              ref_logprobs=ref, kl_beta=cfg.kl_beta,
                               **({"kl_estimator": cfg.kl_estimator} if cfg.kl_beta else {}))
         if cfg.aggregation != "token_mean":  # sequence-level means: weight each micro-batch by its rows
-            loss = loss * (len(chunk) / len(indices))
-            stats = {k: v * len(chunk) / len(indices) for k, v in stats.items()}
-        backward(loss)
+            loss = loss * (len(chunk) / window["samples"])
+            stats = {k: v * len(chunk) / window["samples"] for k, v in stats.items()}
+        backward(loss * weight)
+        if not weight:  # a padding micro-batch (micro_batches): nothing to count
+            continue
         totals["loss"] += float(loss.detach())
         for k, v in stats.items():  # stats are normalized by num_tokens already
             totals[k] = totals.get(k, 0.0) + v
         totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, mask) / max(num_tokens, 1)
-    return totals
+    return {**distributed.all_reduce_sum(totals), "trained_tokens": float(num_tokens)}
 
 
 def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
@@ -175,9 +199,9 @@ def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
     ``logprob_diff``), the on-policy check (:func:`stages.onpolicy.check_logprob_diff` against
     ``run.sampling.max_logprob_diff``, the rollout engine's, before any weight changes), the optimizer
     step and the sampler's weight sync (``run.updates`` counts it, ``sync_s`` times it); or, when no sample is left to train
-    on, no update and ``skipped_steps`` counted in ``run.counts``.
+    on (on any data-parallel rank: ``indices`` are this rank's), no update and ``skipped_steps`` counted in ``run.counts``.
     Returns the step's stats. Raises :class:`~stages.onpolicy.OffPolicyError`."""
-    if not indices:
+    if not distributed.all_reduce_sum({"samples": len(indices)})["samples"]:
         run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
         return {}
     stats = accumulate()
@@ -188,6 +212,33 @@ def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
         rollout.sync_weights(engine.module)
     run.updates += 1
     return {**stats, "sync_s": time.perf_counter() - t0}
+
+
+def sample_seed(seed: int, step: int, samples_per_step: int, first: int) -> int:
+    """The rollout seed of optimizer step ``step`` (from 1) for a rank whose share starts at global sample
+    ``first``: global sample ``k`` of the step draws with ``seed * 2**32 + (step - 1) * samples_per_step + k``
+    (the engines' per-sample seeding), so every sample has its own seed, the same on any number of
+    ranks and in a resumed run."""
+    return seed * 2**32 + (step - 1) * samples_per_step + first
+
+
+def rollout_stats(ro: Rollouts, rows: list[dict[str, Any]], scores: list[tuple[float | None, bool]]
+                  ) -> dict[str, float]:
+    """The step's rollout metrics over the global batch (every rank's samples, gathered):
+    ``reward_mean`` (graded samples), ``ungraded``, ``pass_rate``, ``response_tokens`` (mean),
+    ``truncated`` (fraction) and ``reward/<domain>``."""
+    samples = distributed.gather([(s[0], s[1], r["domain"], len(ids), t) for s, r, ids, t in
+                                  zip(scores, rows, ro.response_ids, ro.truncated, strict=True)])
+    graded = [s[0] for s in samples if s[0] is not None]
+    stats: dict[str, float] = {"reward_mean": sum(graded) / len(graded) if graded else float("nan"),
+                               "ungraded": float(len(samples) - len(graded)),
+                               "pass_rate": sum(s[1] for s in samples) / len(samples),
+                               "response_tokens": sum(s[3] for s in samples) / len(samples),
+                               "truncated": sum(s[4] for s in samples) / len(samples)}
+    for domain in sorted({s[2] for s in samples}):
+        mine = [s[0] for s in samples if s[2] == domain and s[0] is not None]
+        stats[f"reward/{domain}"] = sum(mine) / len(mine) if mine else float("nan")
+    return stats
 
 
 def select_for_training(rewards: torch.Tensor, truncated: torch.Tensor, cfg: GRPOConfig,
@@ -252,10 +303,12 @@ class GRPOStage:
             batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
-                batch = batches.next()
+                batch, first = distributed.shard(batches.next(), f"cascade.stages.{cfg.name}.prompts_per_step")
                 check_weights_version(rollout.weights_version, run.updates, cfg.name)
                 with engine.gathered():
-                    ro = rollout.generate([b[1] for b in batch], n=cfg.group_size)
+                    ro = rollout.generate([b[1] for b in batch], n=cfg.group_size,
+                                          seed=sample_seed(cfg.seed, step, cfg.prompts_per_step * cfg.group_size,
+                                                           first * cfg.group_size))
                 t_gen = time.perf_counter() - t0
                 rows = [b[0] for b in batch for _ in range(cfg.group_size)]
                 scores = env.score(ro.texts, rows)
@@ -263,20 +316,13 @@ class GRPOStage:
                 rewards = torch.tensor([s[0] or 0.0 for s in scores], dtype=torch.float32)
                 adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
                 indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg, ungraded)
-                stats: dict[str, float] = {"reward_mean": float(rewards[~ungraded].mean()) if not ungraded.all()
-                                           else float("nan"), "ungraded": float(ungraded.sum()),
-                                           "pass_rate": sum(s[1] for s in scores) / len(scores),
-                                           "response_tokens": sum(map(len, ro.response_ids)) / len(ro),
-                                           "truncated": sum(ro.truncated) / len(ro), **filt,
-                                           "trained_samples": float(len(indices))}
-                for domain in sorted({r["domain"] for r in rows}):
-                    mine = [s[0] for s, r in zip(scores, rows, strict=True) if r["domain"] == domain and s[0] is not None]
-                    stats[f"reward/{domain}"] = sum(mine) / len(mine) if mine else float("nan")
+                stats = {**rollout_stats(ro, rows, scores), **distributed.all_reduce_sum(filt),
+                         "trained_samples": distributed.all_reduce_sum({"n": len(indices)})["n"]}
                 stats.update(optimizer_step(run, engine, rollout, indices, partial(
                     accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
                     ref_model)))
                 stats.update(generate_s=t_gen, step_s=time.perf_counter() - t0)
-                stats["tokens_per_s"] = sum(map(len, ro.response_ids)) / stats["step_s"]  # sampled
+                stats["tokens_per_s"] = stats["response_tokens"] * len(ro) * distributed.world_size() / stats["step_s"]
                 run.log(step, stats)
             # validation is verifiable per domain: a GenRM judge scores groups, not single answers
             eval_env = make_environment("verifiers") if cfg.environment == "genrm" and not self.environment else env

@@ -89,6 +89,37 @@ def head_weight(model: Any) -> torch.Tensor:
     return module.get_output_embeddings().weight
 
 
+def head_logprobs(model: Any, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = 4096,
+                  temperature: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """float32 ``[N]``: :func:`chunked_logprobs` of ``targets`` (int64 ``[N]``) from final hidden states
+    ``hidden`` (``[N, H]``) through ``model``'s LM head (:func:`head_weight`).
+
+    When DeepSpeed ZeRO-3 partitions that weight (:func:`partitioned`), it is whole only inside a call
+    of its module (DeepSpeed's hooks gather it for the forward and again for the backward, collectively),
+    so the chunked computation runs as the head module's forward, once per call on every rank.
+    """
+    weight = head_weight(model)
+    if not partitioned(weight):
+        return chunked_logprobs(hidden, weight, targets, chunk, temperature, dtype)
+    head = getattr(model, "module", model).get_output_embeddings()
+    head.forward = lambda h: chunked_logprobs(h, head.weight, targets, chunk, temperature, dtype)
+    try:
+        return head(hidden)
+    finally:
+        del head.forward  # the class's forward again
+
+
+def partitioned(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` is a DeepSpeed ZeRO-3 parameter (partitioned across ranks; its data is only
+    whole inside the module calls DeepSpeed hooks, or under ``GatheredParameters``)."""
+    return hasattr(weight, "ds_id")
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of ``model``'s parameters (``model``: an HF module or a wrapper of one)."""
+    return next(getattr(model, "module", model).parameters()).device
+
+
 def final_hidden_states(model: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:
     """``([B, T, H] final hidden states, the model's output)`` of an HF causal LM called with ``inputs``
     (``use_cache`` False unless given), its LM head applied to no position (``logits_to_keep`` empty):

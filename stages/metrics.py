@@ -27,14 +27,16 @@ class MetricsLog:
         csv_path: CSV output (columns: the union of every row's keys, ``step`` first).
         live_dir: the live files (dvclive's and ``steps.jsonl``), started by :meth:`start`.
         tensorboard_dir: event files go here when ``tensorboard`` is importable.
+        writer: False on data-parallel ranks other than 0: the rows are kept, no file is written.
     """
 
-    def __init__(self, csv_path: str | Path, live_dir: str | Path, tensorboard_dir: str | Path | None = None):
-        self.csv_path, self.live_dir = Path(csv_path), Path(live_dir)
+    def __init__(self, csv_path: str | Path, live_dir: str | Path, tensorboard_dir: str | Path | None = None,
+                 writer: bool = True):
+        self.csv_path, self.live_dir, self.writer = Path(csv_path), Path(live_dir), writer
         self.rows: list[dict[str, Any]] = []
         self.live: Any = None
         self.tb = None
-        if tensorboard_dir is not None:
+        if tensorboard_dir is not None and writer:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
@@ -44,12 +46,15 @@ class MetricsLog:
 
     def start(self, rows: list[dict[str, Any]] = ()) -> None:
         """Empty the live files, then (a resumed run) log ``rows`` again: the rows of the state resumed."""
+        self.rows = []
+        if not self.writer:
+            self.rows.extend({**row} for row in rows)
+            return
         from dvclive import Live
 
         shutil.rmtree(self.live_dir, ignore_errors=True)
         self.live_dir.mkdir(parents=True)
         self.live = Live(dir=str(self.live_dir), save_dvc_exp=False, dvcyaml=None)
-        self.rows = []
         for row in rows:
             self.log(row["step"], {k: v for k, v in row.items() if k != "step"})
 
@@ -59,10 +64,12 @@ class MetricsLog:
         Raises:
             RuntimeError: before :meth:`start`.
         """
-        if self.live is None:
+        if self.live is None and self.writer:
             raise RuntimeError("MetricsLog.start() first: it sets up the live files")
         row = {"step": step, **values}
         self.rows.append(row)
+        if not self.writer:
+            return
         with (self.live_dir / "steps.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         self.live.step = step
@@ -75,6 +82,8 @@ class MetricsLog:
 
     def write(self, png_path: str | Path | None = None, columns: tuple[str, ...] = ()) -> None:
         """Write the CSV and, given ``png_path``, one PNG panel per column in ``columns`` that exists."""
+        if not self.writer:
+            return
         keys = list(dict.fromkeys(k for row in self.rows for k in row))
         with atomic_path(self.csv_path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=keys or ["step"])

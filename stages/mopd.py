@@ -34,10 +34,11 @@ import torch
 from pydantic import Field, field_validator
 
 from common.io import write_json
+from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
 from stages.environment import PromptBuilder, make_environment
-from stages.grpo import GRPOStage, optimizer_step, policy_batch, response_logprobs
+from stages.grpo import GRPOStage, micro_batches, optimizer_step, policy_batch, response_logprobs, sample_seed
 from stages.losses import aggregate, get_loss, kl_k3
 from stages.onpolicy import check_weights_version, logprob_diff_sum
 from stages.rollout import Rollouts, SamplingConfig
@@ -177,7 +178,8 @@ def check_vocabulary(student: torch.nn.Module, student_tokenizer: Any, student_d
     if not (teacher_dir / "config.json").exists():
         raise FileNotFoundError(f"teacher {teacher_dir} for domain {domain!r}: no model there (config.json missing)")
     head = f"teacher {teacher_dir} (domain {domain!r}) and student {student_dir} do not share a vocabulary"
-    s_size = student.get_output_embeddings().weight.shape[0]
+    weight = student.get_output_embeddings().weight
+    s_size = getattr(weight, "ds_shape", weight.shape)[0]  # a ZeRO-3 parameter holds only its partition
     t_size = AutoConfig.from_pretrained(teacher_dir).get_text_config().vocab_size
     if s_size != t_size:
         raise ValueError(f"{head}: vocab_size {t_size} vs {s_size}")
@@ -201,8 +203,8 @@ class TeacherPool:
         loads: how many times a teacher was loaded from disk (a stage metric).
     """
 
-    def __init__(self, memory_mb: float = 0.0, dtype: str = "float32"):
-        self.memory_mb, self.dtype, self.loads = memory_mb, dtype, 0
+    def __init__(self, memory_mb: float = 0.0, dtype: str = "float32", device: torch.device | str = "cpu"):
+        self.memory_mb, self.dtype, self.device, self.loads = memory_mb, dtype, device, 0
         self.loaded: OrderedDict[Path, tuple[Any, float]] = OrderedDict()
 
     def get(self, path: Path) -> Any:
@@ -214,7 +216,7 @@ class TeacherPool:
         while self.loaded and sum(mb for _, mb in self.loaded.values()) + need > self.memory_mb:
             self.loaded.popitem(last=False)
         model, _ = load_checkpoint(path)
-        model.eval().requires_grad_(False)
+        model.to(self.device).eval().requires_grad_(False)
         model = in_precision(model, model, self.dtype)
         self.loaded[path] = (model, need)
         self.loads += 1
@@ -250,28 +252,31 @@ def accumulate_distillation(model: Any, backward: Any, rollouts: Rollouts, teach
                             indices: list[int], cfg: MOPDConfig, pad_id: int) -> dict[str, float]:
     """Backward the MOPD loss of samples ``indices`` in micro-batches of ``cfg.micro_batch_size``.
 
-    Every micro-batch loss is normalized by the response tokens of all ``indices``, so the
-    accumulated gradient equals that of one batch holding them all. Returns ``loss`` and the
-    :func:`mopd_loss` stats summed over the window (window token means), and ``logprob_diff`` (mean
-    |trainer - sampler| log-prob of the trained tokens, :mod:`stages.onpolicy`).
+    Every micro-batch loss is normalized by the response tokens of all ``indices`` of every
+    data-parallel rank (all-reduced; :func:`~stages.grpo.micro_batches` pads the ranks to one count),
+    so the accumulated gradient, summed over ranks, equals that of one batch holding them all. Returns
+    ``loss`` and the :func:`mopd_loss` stats summed over the global window (window token means), and
+    ``logprob_diff`` (mean |trainer - sampler| log-prob of the trained tokens, :mod:`stages.onpolicy`).
     """
-    num_tokens = sum(len(rollouts.response_ids[i]) for i in indices)
+    num_tokens = int(distributed.all_reduce_sum({"n": sum(len(rollouts.response_ids[i]) for i in indices)})["n"])
     loss_fn = get_loss(cfg.loss)
     totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
-    for start in range(0, len(indices), cfg.micro_batch_size):
-        chunk = indices[start:start + cfg.micro_batch_size]
+    for chunk, weight in micro_batches(indices, cfg.micro_batch_size):
         batch = policy_batch(rollouts, chunk, pad_id)
         lp = response_logprobs(model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
-        totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, batch["response_mask"]) / max(num_tokens, 1)
+        mask = batch["response_mask"].to(lp.device)
         width = lp.shape[1]
-        loss, stats = loss_fn(lp, _padded([rollouts.logprobs[i] for i in chunk], width),
-                              _padded([teacher_lps[i] for i in chunk], width), batch["response_mask"],
+        loss, stats = loss_fn(lp, _padded([rollouts.logprobs[i] for i in chunk], width).to(lp.device),
+                              _padded([teacher_lps[i] for i in chunk], width).to(lp.device), mask,
                               num_tokens=num_tokens, is_bounds=cfg.is_bounds)
-        backward(loss)
+        backward(loss * weight)
+        if not weight:  # a padding micro-batch: nothing to count
+            continue
+        totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, mask) / max(num_tokens, 1)
         totals["loss"] += float(loss.detach())
         for k, v in stats.items():
             totals[k] = totals.get(k, 0.0) + v
-    return totals
+    return distributed.all_reduce_sum(totals)
 
 
 class MOPDStage(GRPOStage):
@@ -308,37 +313,41 @@ class MOPDStage(GRPOStage):
             run.counts.update(dropped, train_prompts=len(items))
             env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
             rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
-            pool, n = TeacherPool(cfg.teacher_memory_mb, cfg.dtype), cfg.rollouts_per_prompt
+            pool, n = TeacherPool(cfg.teacher_memory_mb, cfg.dtype, run.device), cfg.rollouts_per_prompt
             batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
-                batch = batches.next()
+                batch, first = distributed.shard(batches.next(), f"cascade.stages.{cfg.name}.prompts_per_step")
                 check_weights_version(rollout.weights_version, run.updates, cfg.name)
                 with engine.gathered():
-                    ro = rollout.generate([b[1] for b in batch], n=n)
+                    ro = rollout.generate([b[1] for b in batch], n=n,
+                                          seed=sample_seed(cfg.seed, step, cfg.prompts_per_step * n, first * n))
                 t_gen = time.perf_counter() - t0
                 rows = [b[0] for b in batch for _ in range(n)]
                 t_lps = teacher_logprobs(pool, [teachers[r["domain"]] for r in rows], ro, cfg.micro_batch_size,
                                          rollout.pad, cfg.sampling.temperature)
                 t_teach = time.perf_counter() - t0 - t_gen
                 indices = [i for i in range(len(ro)) if not (cfg.mask_truncated and ro.truncated[i])]
-                stats: dict[str, float] = {"response_tokens": sum(map(len, ro.response_ids)) / len(ro),
-                                           "truncated": sum(ro.truncated) / len(ro),
-                                           "trained_samples": float(len(indices))}
-                for domain in sorted({r["domain"] for r in rows}):  # k1 with the sampler's log-probs
-                    mine = [i for i, r in enumerate(rows) if r["domain"] == domain]
-                    tokens = sum(len(t_lps[i]) for i in mine)
-                    gap = sum(float((torch.tensor(ro.logprobs[i]) - t_lps[i]).sum()) for i in mine)
-                    stats[f"reverse_kl/{domain}"] = gap / max(tokens, 1)
+                # per sample: domain, response tokens, truncated, sum of sampler - teacher log-probs (k1)
+                samples = distributed.gather([(r["domain"], len(t_lps[i]), ro.truncated[i],
+                                               float((torch.tensor(ro.logprobs[i]) - t_lps[i].cpu()).sum()))
+                                              for i, r in enumerate(rows)])
+                stats: dict[str, float] = {"response_tokens": sum(s[1] for s in samples) / len(samples),
+                                           "truncated": sum(s[2] for s in samples) / len(samples),
+                                           "trained_samples": distributed.all_reduce_sum({"n": len(indices)})["n"]}
+                for domain in sorted({s[0] for s in samples}):  # k1 with the sampler's log-probs
+                    mine = [s for s in samples if s[0] == domain]
+                    stats[f"reverse_kl/{domain}"] = sum(s[3] for s in mine) / max(sum(s[1] for s in mine), 1)
                 stats.update(optimizer_step(run, engine, rollout, indices, partial(  # none left: skipped, counted
                     accumulate_distillation, engine.model, engine.backward, ro, t_lps, indices, cfg, rollout.pad)))
                 stats.update(generate_s=t_gen, teacher_s=t_teach, step_s=time.perf_counter() - t0)
-                stats["tokens_per_s"] = sum(map(len, ro.response_ids)) / stats["step_s"]  # sampled
+                stats["tokens_per_s"] = stats["response_tokens"] * len(samples) / stats["step_s"]  # sampled
                 run.log(step, stats)
             run.counts["teacher_loads"] = pool.loads
             validation = run.validate(rollout, builder, env)
             result = run.finish(validation, curves=("loss", "reverse_kl", "is_dropped", "response_tokens"))
-        record = read_record(result.checkpoint)
-        record["teachers"] = {d: str(p) for d, p in teachers.items()}
-        write_json(record, result.checkpoint / RECORD)
+        if distributed.is_main():
+            record = read_record(result.checkpoint)
+            record["teachers"] = {d: str(p) for d, p in teachers.items()}
+            write_json(record, result.checkpoint / RECORD)
         return result

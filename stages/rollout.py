@@ -198,6 +198,29 @@ class SampledLogprobs(LogitsProcessor):
         return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(sequences.shape[0], 0)
 
 
+class SeededSampler(LogitsProcessor):
+    """Samples each row from its own ``torch.Generator`` (row ``r`` seeded ``seeds[r]``) and returns
+    scores that are 0 at the drawn token and ``-inf`` elsewhere, so ``generate``'s greedy pick takes it.
+
+    A sample then depends on its seed and its own prefix only, not on which rows share its batch:
+    the same samples whether a prompt is generated alone, in another batch or on another
+    data-parallel rank (the semantics of vLLM's per-request seeds). Runs after the warpers and
+    :class:`SampledLogprobs` (which records the warped distribution).
+    """
+
+    def __init__(self, seeds: list[int]) -> None:
+        self.seeds = seeds
+        self.generators: list[torch.Generator] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if not self.generators:
+            self.generators = [torch.Generator(scores.device).manual_seed(s) for s in self.seeds]
+        probs = scores.float().softmax(-1)
+        drawn = torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(self.generators)])
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, drawn[:, None], 0.0)
+
+
 class HFRolloutEngine:
     """transformers ``generate`` on the live policy module (CPU, tests, small models).
 
@@ -229,14 +252,13 @@ class HFRolloutEngine:
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], n: int, greedy: bool = False,
                  max_new_tokens: int | None = None, seed: int | None = None) -> Rollouts:
-        """See :class:`RolloutEngine`; ``seed`` seeds torch's RNG before sampling. Raises ValueError on an
-        empty prompt."""
+        """See :class:`RolloutEngine`; with ``seed``, sample ``j`` of prompt ``i`` draws from its own generator
+        seeded ``seed + i * n + j`` (:class:`SeededSampler`, as the vllm engine seeds it), whatever the
+        batching; without, from torch's global RNG. Raises ValueError on an empty prompt."""
         s = self.sampling
         limit = max_new_tokens or s.max_new_tokens
         if any(not p for p in prompts):
             raise ValueError("empty prompt (no token ids)")
-        if seed is not None:
-            torch.manual_seed(seed)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         per_call = max(1, s.batch_size // n)
         was_training = self.model.training
@@ -247,7 +269,8 @@ class HFRolloutEngine:
                     self.model.device.type, torch.bfloat16, enabled=s.hf.dtype == "bfloat16"):
                 for start in range(0, len(order), per_call):
                     chunk = order[start:start + per_call]
-                    samples = self._generate_chunk([prompts[i] for i in chunk], n, greedy, limit)
+                    seeds = None if seed is None else [seed + i * n + j for i in chunk for j in range(n)]
+                    samples = self._generate_chunk([prompts[i] for i in chunk], n, greedy, limit, seeds)
                     for j, i in enumerate(chunk):
                         by_prompt[i] = samples[j * n:(j + 1) * n]
         finally:
@@ -258,15 +281,16 @@ class HFRolloutEngine:
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         return Rollouts(flat, ids, lps, trunc, texts, n, weights_version=self.weights_version)
 
-    def _generate_chunk(self, prompts: list[list[int]], n: int, greedy: bool, limit: int
-                        ) -> list[tuple[list[int], list[float], bool]]:
-        """``(response_ids, logprobs, truncated)`` for ``n`` samples of each prompt, prompt-major."""
+    def _generate_chunk(self, prompts: list[list[int]], n: int, greedy: bool, limit: int,
+                        seeds: list[int] | None = None) -> list[tuple[list[int], list[float], bool]]:
+        """``(response_ids, logprobs, truncated)`` for ``n`` samples of each prompt, prompt-major; ``seeds``:
+        one per sample (:class:`SeededSampler`)."""
         from transformers import DynamicCache
 
         s = self.sampling
         width = max(map(len, prompts))
-        input_ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts])
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        input_ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.model.device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
         cache = DynamicCache(config=self.model.config)
         if width > 1:  # prefill all but the last prompt token once per prompt; generate feeds the last one
             prefix_mask = attention_mask[:, :-1]
@@ -282,10 +306,13 @@ class HFRolloutEngine:
             if s.top_p < 1.0:
                 processors.append(TopPLogitsWarper(s.top_p))
         processors.append(recorder)
-        neutral = {} if greedy else {"temperature": 1.0, "top_p": 1.0, "top_k": 0}  # our warpers alone
+        seeded = seeds is not None and not greedy
+        if seeded:  # draws the token itself; generate's greedy pick takes it
+            processors.append(SeededSampler(seeds))
+        neutral = {} if greedy or seeded else {"temperature": 1.0, "top_p": 1.0, "top_k": 0}  # our warpers alone
         gen = self.model.generate(
             input_ids=input_ids.repeat_interleave(n, 0), attention_mask=attention_mask.repeat_interleave(n, 0),
-            past_key_values=cache, max_new_tokens=limit, do_sample=not greedy, logits_processor=processors,
+            past_key_values=cache, max_new_tokens=limit, do_sample=not (greedy or seeded), logits_processor=processors,
             eos_token_id=sorted(self.eos), pad_token_id=self.pad, use_cache=True, **neutral)
         seq = gen[:, width:]
         out = []

@@ -1,6 +1,9 @@
 """What every stage run shares: seeding, model + train engine, progress bar, metrics and
 plots, per-domain validation, and the checkpoint with its registry record.
 
+Launched by ``torchrun`` / ``deepspeed`` with N ranks, every rank runs the same loop on its share of each
+global batch (:mod:`stages.distributed`) and rank 0 alone writes these outputs.
+
 Outputs of stage ``NAME`` (the paths ``dvc.yaml`` declares):
   ``<checkpoint_root>/NAME/``       HF model + tokenizer + ``cascade_checkpoint.json``
   ``<metrics_dir>/NAME.json``       summary: final step metrics, validation, counts, wall time
@@ -22,10 +25,11 @@ import torch
 from tqdm import tqdm
 
 from common.io import write_json
+from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import load_checkpoint, write_record
 from stages.metrics import MetricsLog
-from stages.state import fingerprint, latest_state, save_state, set_rng_state
+from stages.state import fingerprint, latest_state, rng_file, save_state, set_rng_state
 from stages.train_engine import in_precision, make_train_engine
 
 
@@ -93,6 +97,7 @@ class StageRun:
     ``save_every`` steps and at the last; :meth:`finish` removes the states.
 
     Attributes:
+        device: the rank's device (``cfg.device``); the policy, reference and teachers live there.
         engine: the train engine (``cfg.train_engine``) around the loaded model.
         tokenizer: the init checkpoint's tokenizer (saved with the checkpoint).
         counts: dropped/skipped counters that go into the summary (never silent loss).
@@ -114,13 +119,16 @@ class StageRun:
         self._restore = ExitStack()  # undone on exit, also when loading fails below
         self._restore.enter_context(torch_threads(self.cfg.threads))
         try:
+            distributed.init()
+            self.device = distributed.device(self.cfg.device)
             seed_everything(self.cfg.seed)
             model, self.tokenizer = load_checkpoint(self.init)
-            model.train()
+            model.to(self.device).train()
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
                                             self.cfg.zero_stage, self.cfg.dtype)
             self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv", self.cfg.live_dir,
-                                   tensorboard_dir=Path("logs") / "tensorboard" / self.cfg.name)
+                                   tensorboard_dir=Path("logs") / "tensorboard" / self.cfg.name,
+                                   writer=distributed.is_main())
             self._fingerprint = fingerprint(self.cfg.model_dump(mode="json", fallback=_qualname), self.datasets,
                                             self.init)
             self._resume()
@@ -184,16 +192,16 @@ class StageRun:
         be partitioned or already trained), frozen, in eval mode, run in the stage's ``dtype``
         (:func:`~stages.train_engine.in_precision`)."""
         ref, _ = load_checkpoint(self.init)
-        ref.eval().requires_grad_(False)
+        ref.to(self.device).eval().requires_grad_(False)
         return in_precision(ref, ref, self.cfg.dtype)
 
     def progress(self, steps: int) -> Any:
         """``range(start_step + 1, steps + 1)`` with a progress bar (step, ETA, latest metrics); a
         resumed run gets its RNG states back here, right before its first step."""
         if self._resumed is not None:
-            set_rng_state(torch.load(self._resumed[0] / "rng.pt", weights_only=False))  # our own file
+            set_rng_state(torch.load(self._resumed[0] / rng_file(distributed.rank()), weights_only=False))
         self.bar = tqdm(range(self.start_step + 1, steps + 1), desc=self.cfg.name, unit="step",
-                        initial=self.start_step, total=steps)
+                        initial=self.start_step, total=steps, disable=not distributed.is_main())
         return self.bar
 
     def log(self, step: int, values: dict[str, float]) -> None:
@@ -207,28 +215,36 @@ class StageRun:
             self.save_state(step)
 
     def validate(self, rollout: Any, builder: Any, env: Any) -> dict[str, dict[str, float]]:
-        """Per-domain validation of the current weights on ``cfg.eval.datasets``."""
+        """Per-domain validation of the current weights on ``cfg.eval.datasets``: rank 0 generates and
+        scores (greedy: the one-process numbers), every rank gets its result."""
         from stages.evaluate import evaluate
 
         with self.engine.gathered():
-            return evaluate(rollout, builder, env, self.cfg.eval)
+            result = evaluate(rollout, builder, env, self.cfg.eval) if distributed.is_main() else None
+        return distributed.broadcast(result)
 
     def finish(self, validation: dict[str, dict[str, float]], curves: tuple[str, ...]) -> StageResult:
-        """Save checkpoint + tokenizer + record, the summary JSON and the curves; return the paths."""
+        """Save checkpoint + tokenizer + record, the summary JSON and the curves (rank 0); return the paths."""
         cfg = self.cfg
         ckpt = cfg.checkpoint_dir
-        self.engine.save(ckpt)
-        self.tokenizer.save_pretrained(ckpt)
-        # no timings in the DVC metrics (dvc.lock stays stable): wall time in logs/timings.json (run_step),
-        # per-step seconds and rates in the live files and the CSV
+        self.engine.save(ckpt)  # collective under ZeRO-3; rank 0 writes
         final = {k: v for k, v in self.last.items() if not k.endswith("_s")}
         summary = {"stage": cfg.name, "runner": cfg.runner, "steps": cfg.steps, "final": final,
                    "validation": validation, "counts": self.counts}
+        metrics = Path(cfg.metrics_dir) / f"{cfg.name}.json"
+        if distributed.is_main():
+            self._write_outputs(ckpt, metrics, summary, curves)
+        distributed.barrier()
+        return StageResult(ckpt, metrics, summary)
+
+    def _write_outputs(self, ckpt: Path, metrics: Path, summary: dict[str, Any], curves: tuple[str, ...]) -> None:
+        cfg, final, validation = self.cfg, summary["final"], summary["validation"]
+        self.tokenizer.save_pretrained(ckpt)
+        # no timings in the DVC metrics (dvc.lock stays stable): wall time in logs/timings.json (run_step),
+        # per-step seconds and rates in the live files and the CSV
         write_record(ckpt, stage=cfg.name, runner=cfg.runner, init=self.init, datasets=self.datasets,
                      validation=validation, train={"final": final, "counts": self.counts})
-        metrics = Path(cfg.metrics_dir) / f"{cfg.name}.json"
         write_json(summary, metrics)
         self.log_.write(Path(cfg.plots_dir) / f"{cfg.name}.png", curves)
         shutil.rmtree(cfg.state_dir, ignore_errors=True)  # done: a later run of this stage starts over
         cfg.state_dir.mkdir(parents=True)  # (empty: dvc.yaml declares it, persist: true)
-        return StageResult(ckpt, metrics, summary)

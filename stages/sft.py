@@ -24,18 +24,24 @@ from pydantic import Field
 
 from packing.attention import document_attention
 from packing.dataset import PackedDataset, collate_packed
+from stages import distributed
 from stages.base import StageConfig, StageResult
-from stages.lm_head import chunked_logprobs, final_hidden_states, head_weight
+from stages.lm_head import final_hidden_states, head_logprobs, model_device
 from stages.losses import sft_target_mask
 from stages.runtime import StageRun
-from stages.train_engine import compute_dtype, in_precision
+from stages.train_engine import compute_dtype
 
 
 class SFTConfig(StageConfig):
-    """One SFT stage; ``datasets`` are pack parquet files or directories holding ``<split>.parquet``."""
+    """One SFT stage; ``datasets`` are pack parquet files or directories holding ``<split>.parquet``.
 
-    micro_batch_size: int = Field(1, ge=1)   # windows per forward/backward
-    grad_accum: int = Field(1, ge=1)         # micro-batches per optimizer step
+    An optimizer step trains ``micro_batch_size x grad_accum x ranks`` windows (the global batch, as
+    DeepSpeed and the HF Trainer count it): every rank draws them from the same seeded stream and
+    trains its contiguous share.
+    """
+
+    micro_batch_size: int = Field(1, ge=1)   # windows per forward/backward (per rank)
+    grad_accum: int = Field(1, ge=1)         # micro-batches per optimizer step (per rank)
     max_tokens: int | None = 2048            # window length (None: whole packs)
     split: str = "train"
     validation_windows: int = 4              # held-out windows (validation split) for val_loss
@@ -86,34 +92,39 @@ def packed_forward(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def packed_nll(model, batch: dict[str, torch.Tensor], chunk: int) -> tuple[torch.Tensor, int]:
-    """Summed next-token NLL (float32 scalar, with a graph) of the supervised targets of a packed batch
-    (:func:`stages.losses.sft_target_mask`) and their count, with document-local attention.
+    """Summed next-token NLL (float32 scalar, with a graph, on the model's device) of the supervised
+    targets of a packed batch (:func:`stages.losses.sft_target_mask`) and their count, with
+    document-local attention; ``batch`` may be on any device.
 
     Only the supervised positions go through the LM head, ``chunk`` at a time
     (:func:`stages.lm_head.chunked_logprobs`): the ``[T, V]`` logits never exist, and the value and
-    gradients equal :func:`stages.losses.sft_loss` on :func:`packed_forward`'s logits.
+    gradients equal :func:`stages.losses.sft_loss` on :func:`packed_forward`'s logits (under DeepSpeed
+    ZeRO-3: one head call, :func:`stages.lm_head.head_logprobs`).
     """
+    batch = {k: v.to(model_device(model)) for k, v in batch.items()}
+    mask = sft_target_mask(batch["labels"], batch["position_ids"])
     with document_attention(model):
         hidden, _ = final_hidden_states(model, input_ids=batch["input_ids"], position_ids=batch["position_ids"])
-    mask = sft_target_mask(batch["labels"], batch["position_ids"])
-    logprobs = chunked_logprobs(hidden[:, :-1][mask], head_weight(model), batch["labels"][:, 1:][mask], chunk,
-                                dtype=compute_dtype(model))
+    logprobs = head_logprobs(model, hidden[:, :-1][mask], batch["labels"][:, 1:][mask], chunk,
+                             dtype=compute_dtype(model))
     return -logprobs.sum(), int(mask.sum())
 
 
 def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]], chunk: int = 4096
                    ) -> dict[str, float]:
     """Backward the SFT loss of one accumulation window (:func:`packed_nll`, LM head ``chunk`` tokens at a
-    time); each micro-batch loss is divided by the window's supervised-token count. Returns the window
+    time); each micro-batch loss is divided by the supervised-token count of the window of every
+    data-parallel rank (all-reduced; every rank holds as many micro-batches). Returns the global window
     ``loss`` (mean nats/token) and ``supervised_tokens``."""
-    num_tokens = sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum()) for b in micro_batches)
+    num_tokens = distributed.all_reduce_sum(
+        {"n": sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum()) for b in micro_batches)})["n"]
     total = 0.0
     for b in micro_batches:
         nll, _ = packed_nll(model, b, chunk)
         loss = nll / max(num_tokens, 1)
         backward(loss)
         total += float(loss.detach())
-    return {"loss": total, "supervised_tokens": float(num_tokens)}
+    return {**distributed.all_reduce_sum({"loss": total}), "supervised_tokens": float(num_tokens)}
 
 
 def _pack_file(dataset: str | Path, split: str) -> Path:
@@ -183,14 +194,17 @@ class SFTStage:
         with StageRun(cfg, datasets, init_checkpoint) as run:
             engine, pad = run.engine, run.tokenizer.pad_token_id or 0
             windows = run.resumable(self._windows(datasets, cfg.split, run.counts))
+            per_rank = cfg.micro_batch_size * cfg.grad_accum
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
-                micro = [collate_packed([next(windows) for _ in range(cfg.micro_batch_size)], pad)
-                         for _ in range(cfg.grad_accum)]
+                mine, _ = distributed.shard([next(windows) for _ in range(per_rank * distributed.world_size())],
+                                            "micro_batch_size x grad_accum x ranks")
+                micro = [collate_packed(mine[i:i + cfg.micro_batch_size], pad) for i in range(0, per_rank,
+                                                                                             cfg.micro_batch_size)]
                 stats = accumulate_sft(engine.model, engine.backward, micro, cfg.loss_chunk_tokens)
                 stats.update(engine.step())
                 dt = time.perf_counter() - t0
-                tokens = sum(b["input_ids"].numel() for b in micro)
+                tokens = distributed.all_reduce_sum({"n": sum(b["input_ids"].numel() for b in micro)})["n"]
                 stats.update(step_s=dt, tokens_per_s=tokens / dt)
                 run.log(step, stats)
             validation = self._validate(run, datasets, pad)
@@ -198,17 +212,25 @@ class SFTStage:
 
     @torch.no_grad()
     def _validate(self, run: StageRun, datasets: list[Path], pad: int) -> dict[str, dict[str, float]]:
+        """``val_loss`` over the first ``validation_windows`` held-out windows, sharded over the ranks
+        (window ``i`` on rank ``i % ranks``; ranks with fewer run a zero-weight window, since ZeRO-3
+        forwards are collective), summed over ranks: the one-process number."""
         cfg = self.cfg
-        module = run.engine.module
-        module.eval()
+        model = run.engine.model
+        run.engine.module.eval()
         windows = self._windows(datasets, "validation", {})
+        held = [next(windows) for _ in range(cfg.validation_windows)]
+        mine = held[distributed.rank()::distributed.world_size()]
+        rounds = distributed.all_reduce_max(len(mine))
         nll = tokens = 0.0
-        for _ in range(cfg.validation_windows):
-            b = collate_packed([next(windows)], pad)
-            window_nll, window_tokens = packed_nll(in_precision(module, module, cfg.dtype), b, cfg.loss_chunk_tokens)
-            nll, tokens = nll + float(window_nll), tokens + window_tokens
-        module.train()
-        run.last["val_loss"] = nll / max(tokens, 1.0)
+        for i in range(rounds):
+            window = mine[i] if i < len(mine) else held[0]
+            window_nll, window_tokens = packed_nll(model, collate_packed([window], pad), cfg.loss_chunk_tokens)
+            if i < len(mine):
+                nll, tokens = nll + float(window_nll), tokens + window_tokens
+        run.engine.module.train()
+        total = distributed.all_reduce_sum({"nll": nll, "tokens": tokens})
+        run.last["val_loss"] = total["nll"] / max(total["tokens"], 1.0)
         run.log_.rows[-1]["val_loss"] = run.last["val_loss"]
         validation: dict[str, dict[str, float]] = {}
         if cfg.eval.datasets:
@@ -217,7 +239,7 @@ class SFTStage:
 
             rollout = run.rollout_engine(cfg.rollout_engine, SamplingConfig(batch_size=cfg.eval.batch_size))
             with run.engine.gathered():
-                rollout.sync_weights(module)  # the engine starts from the init checkpoint
+                rollout.sync_weights(run.engine.module)  # the engine starts from the init checkpoint
             validation.update(run.validate(rollout, PromptBuilder(run.tokenizer, cfg.max_prompt_tokens),
                                            make_environment(cfg.environment)))
         return validation

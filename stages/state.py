@@ -7,12 +7,14 @@ state root (``StageConfig.state_dir``: ``<checkpoint_root>/.states/<stage>``)::
         model.safetensors, optimizer.pt   the train engine's (TrainEngine.save_state: weights,
                                           optimizer and LR-scheduler state; DeepSpeed: its checkpoint)
         rng.pt                            python, numpy and torch (CPU, CUDA) generator states
+                                          (rank 0; rank r of a data-parallel run: rng-rank<r>.pt)
         state.json                        step, optimizer updates, data cursor, counts, metrics rows,
                                           the stage's extra state (MOPD: its teachers), the run's
                                           fingerprint, and every file's size and sha256
 
 A state is written into ``.step-000012.*.tmp`` and renamed when complete (:func:`common.io.atomic_dir`),
-so a ``step-*`` directory is never half-written; damage afterwards (a truncated file) fails the
+so a ``step-*`` directory is never half-written (with data-parallel ranks, rank 0 makes the directory,
+every rank writes its part, and rank 0 renames it once all are done); damage afterwards (a truncated file) fails the
 sizes and sha256 of ``state.json``, and :func:`latest_state` falls back to the previous state with a
 warning. The last ``keep_last`` states are kept. A state of another configuration or other input
 data (:func:`fingerprint`) is refused, naming what differs.
@@ -20,6 +22,7 @@ data (:func:`fingerprint`) is refused, naming what differs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -32,6 +35,7 @@ import numpy as np
 import torch
 
 from common.io import atomic_dir
+from stages import distributed
 from stages.checkpoints import dataset_hash
 
 STATE = "state.json"
@@ -45,11 +49,18 @@ class StateMismatch(RuntimeError):
 
 def fingerprint(config: dict[str, Any], datasets: list[Path], init: Path) -> dict[str, Any]:
     """What must be equal for a state to be resumed: the stage config (``config``, JSON-ready, less
-    :data:`RESUME_FREE`), and the md5 of every dataset and of the init checkpoint
-    (:func:`stages.checkpoints.dataset_hash`, the hashes of the lineage record)."""
+    :data:`RESUME_FREE`), the md5 of every dataset and of the init checkpoint
+    (:func:`stages.checkpoints.dataset_hash`, the hashes of the lineage record), and the number of
+    data-parallel ranks (a ZeRO checkpoint is partitioned by it)."""
     return {"config": {k: v for k, v in config.items() if k not in RESUME_FREE},
             "datasets": {str(d): dataset_hash(d) for d in datasets},
-            "init": {str(init): dataset_hash(init)}}
+            "init": {str(init): dataset_hash(init)},
+            "ranks": {"world_size": distributed.world_size()}}
+
+
+def rng_file(rank: int) -> str:
+    """The RNG-state file of data-parallel rank ``rank`` in a state directory."""
+    return "rng.pt" if rank == 0 else f"rng-rank{rank}.pt"
 
 
 def rng_state() -> dict[str, Any]:
@@ -85,13 +96,21 @@ def _manifest(root: Path) -> dict[str, dict[str, Any]]:
 def save_state(root: Path, step: int, engine: Any, payload: dict[str, Any], keep_last: int = 2) -> Path:
     """Write the state of optimizer step ``step`` as ``root/step-{step:06d}`` (temporary directory, then
     rename) and remove all but the last ``keep_last`` states. ``engine``: a train engine
-    (``save_state(dir)``); ``payload``: JSON-ready fields of ``state.json``. Returns the directory."""
-    with atomic_dir(root / f"step-{step:06d}") as tmp:
+    (``save_state(dir)``, called on every rank); ``payload``: JSON-ready fields of ``state.json``.
+    Every data-parallel rank calls it (collective). Returns the directory."""
+    main = distributed.is_main()
+    with atomic_dir(root / f"step-{step:06d}") if main else contextlib.nullcontext() as made:
+        tmp = Path(distributed.broadcast(str(made) if main else None))
         engine.save_state(tmp)
-        torch.save(rng_state(), tmp / "rng.pt")
-        (tmp / STATE).write_text(json.dumps({**payload, "step": step, "files": _manifest(tmp)}), encoding="utf-8")
-    for old in sorted(root.glob("step-*"))[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        torch.save(rng_state(), tmp / rng_file(distributed.rank()))
+        distributed.barrier()  # every rank's part is written
+        if main:
+            (tmp / STATE).write_text(json.dumps({**payload, "step": step, "files": _manifest(tmp)}),
+                                     encoding="utf-8")
+    distributed.barrier()  # renamed
+    if main:
+        for old in sorted(root.glob("step-*"))[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
     return root / f"step-{step:06d}"
 
 
@@ -121,7 +140,7 @@ def latest_state(root: Path, expected: dict[str, Any], stage: str) -> tuple[Path
     """
     if not root.is_dir():
         return None
-    for tmp in root.glob(".step-*.tmp"):
+    for tmp in root.glob(".step-*.tmp") if distributed.is_main() else ():
         shutil.rmtree(tmp, ignore_errors=True)
     for path in sorted(root.glob("step-*"), reverse=True):
         state = _complete(path)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from common import plugins
 from common.io import atomic_dir
+from stages import distributed
 
 
 class OptimConfig(BaseModel):
@@ -90,7 +91,12 @@ def _save_atomic(module: torch.nn.Module, path: str | Path) -> None:
 
 
 class TorchEngine:
-    """Single-process engine: plain ``loss.backward()`` and torch AdamW."""
+    """Plain ``loss.backward()`` and torch AdamW; with data-parallel ranks, the gradients are summed over
+    ranks once per optimizer step, before clipping (:func:`stages.distributed.all_reduce_grads`: DDP's
+    reduction with accumulation under ``no_sync``). The losses are normalized by the global token count,
+    so the sum is the one-process gradient of the global batch. (Not the ``DistributedDataParallel``
+    wrapper: its hooks expect one forward per backward, and the prompt-shared forward of the RL losses
+    calls the model twice and reads the LM head's weight outside the forward.) Rank 0 writes."""
 
     def __init__(self, model: torch.nn.Module, optim: OptimConfig, total_steps: int):
         self.model = self.module = model
@@ -101,6 +107,7 @@ class TorchEngine:
         loss.backward()
 
     def step(self) -> dict[str, float]:
+        distributed.all_reduce_grads([p for p in self.module.parameters() if p.requires_grad])
         norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.max_grad_norm)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
@@ -112,11 +119,14 @@ class TorchEngine:
         return contextlib.nullcontext()
 
     def save(self, path: str | Path) -> None:
-        _save_atomic(self.module, path)
+        if distributed.is_main():
+            _save_atomic(self.module, path)
 
     def save_state(self, path: Path) -> None:
         from safetensors.torch import save_model
 
+        if not distributed.is_main():  # every rank holds the same weights and optimizer state
+            return
         save_model(self.module, str(path / "model.safetensors"))  # tied weights stored once
         torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
                    path / "optimizer.pt")
@@ -144,8 +154,11 @@ class DeepSpeedEngine:
     """DeepSpeed engine (ZeRO ``zero_stage`` 0-3) around the torch AdamW of :func:`build_optimizer`.
 
     Uses ``managed_gradient_accumulation: false``: ``backward`` only accumulates and ``step``
-    is the boundary, so a window may hold any number of micro-batches. Runs under the
-    ``deepspeed``/``torchrun`` launchers or, without one, as a single gloo process.
+    is the boundary, so a window may hold any number of micro-batches (the same number on every
+    rank: the stage loops pad). DeepSpeed averages gradients over the data-parallel ranks, so
+    ``backward`` scales the loss (normalized by the global token count) by the world size: the
+    gradient is the one-process gradient of the global batch. Runs under the ``deepspeed``/``torchrun``
+    launchers or, without one, as a single gloo process.
 
     Raises:
         ImportError: deepspeed missing (``pip install 'cascade-rl[distributed]'``).
@@ -170,7 +183,7 @@ class DeepSpeedEngine:
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
 
     def backward(self, loss: torch.Tensor) -> None:
-        self.model.backward(loss, scale_wrt_gas=False)
+        self.model.backward(loss * distributed.world_size(), scale_wrt_gas=False)
 
     def step(self) -> dict[str, float]:
         lr = self.model.get_lr()[0]
@@ -179,11 +192,26 @@ class DeepSpeedEngine:
         return {"grad_norm": float(norm) if norm is not None else float("nan"), "lr": lr}
 
     def gathered(self) -> contextlib.AbstractContextManager:
-        if self.zero_stage < 3:
-            return contextlib.nullcontext()
+        """ZeRO-3: the full parameters on every rank (collective) with DeepSpeed's module hooks removed,
+        so a generation or weight push runs plain forwards (the hooks would re-partition gathered
+        parameters and make every forward a collective); the hooks are put back on exit."""
+        return self._gathered() if self.zero_stage == 3 else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _gathered(self):
         import deepspeed
 
-        return deepspeed.zero.GatheredParameters(list(self.module.parameters()))
+        offload = self.model.optimizer.parameter_offload
+        for p in self.module.parameters():
+            p.ds_active_sub_modules.clear()
+        for hook in offload.forward_hooks + offload.backward_hooks:
+            hook.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        try:
+            with deepspeed.zero.GatheredParameters(list(self.module.parameters())):
+                yield
+        finally:
+            offload._register_deepspeed_module(offload.module)  # also invalidates the prefetch trace
 
     def save(self, path: str | Path) -> None:
         with self.gathered():

@@ -69,6 +69,20 @@ def config(runner: str, data: Path, out: Path, **over: Any) -> dict[str, Any]:
     return {**common, **per_runner[runner], **over}
 
 
+def run_once(tmp_path_factory: Any, prefix: str, start: Any) -> Any:
+    """``get(runner) -> out dir``: ``start(runner, out)`` run in a fresh temporary directory on the first
+    ``get`` of each runner, its directory returned from then on (a module fixture's lazy runs)."""
+    outs: dict[str, Path] = {}
+
+    def get(runner: str) -> Path:
+        if runner not in outs:
+            outs[runner] = tmp_path_factory.mktemp(f"{prefix}_{runner}")
+            start(runner, outs[runner])
+        return outs[runner]
+
+    return get
+
+
 def run(runner: str, data: Path, out: Path, **over: Any) -> Any:
     """Run the stage in this process; returns its :class:`~stages.base.StageResult`."""
     from stages.base import get_runner

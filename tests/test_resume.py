@@ -73,15 +73,7 @@ def _weights(out: Path, runner: str) -> bytes:
 @pytest.fixture(scope="module")
 def uninterrupted(data, tmp_path_factory):
     """``runner -> out dir`` of its uninterrupted run, run once on first use."""
-    outs: dict[str, Path] = {}
-
-    def get(runner: str) -> Path:
-        if runner not in outs:
-            outs[runner] = tmp_path_factory.mktemp(f"full_{runner}")
-            _finish(_job(runner, data, outs[runner]))
-        return outs[runner]
-
-    return get
+    return resume_job.run_once(tmp_path_factory, "full", lambda runner, out: _finish(_job(runner, data, out)))
 
 
 @pytest.mark.parametrize("runner", RUNNER_PARAMS)

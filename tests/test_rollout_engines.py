@@ -104,6 +104,24 @@ def test_hf_engine_ignores_the_sampling_settings_a_checkpoint_ships(tok):
     assert model.generation_config.repetition_penalty == 1.5  # restored after generate
 
 
+def test_hf_engine_seeded_samples_do_not_depend_on_the_batch(tok):
+    """Sample ``j`` of prompt ``i`` is drawn with seed ``seed + i * n + j``: generating the last two
+    prompts alone (seed shifted by 2 prompts), one per call, or all in one batch gives the same tokens
+    and log-probs (what lets data-parallel ranks sample their shares of one global batch); another
+    seed gives other samples, and the draws follow the warped distribution (top-p)."""
+    model = tiny_llama(len(tok), initializer_range=0.5).eval()
+    prompts = [p[:k] for p in _prompts(tok) for k in (12, 20)][:4]
+    sampling = SamplingConfig(max_new_tokens=12, temperature=TEMPERATURE, top_p=0.9, batch_size=16)
+    whole = HFRolloutEngine(model, tok, sampling).generate(prompts, n=3, seed=100)
+    tail = HFRolloutEngine(model, tok, sampling).generate(prompts[2:], n=3, seed=100 + 2 * 3)
+    alone = HFRolloutEngine(model, tok, sampling.model_copy(update={"batch_size": 3})).generate(prompts, n=3, seed=100)
+    assert tail.response_ids == whole.response_ids[6:] and alone.response_ids == whole.response_ids
+    torch.testing.assert_close(torch.tensor([v for r in tail.logprobs for v in r]),
+                               torch.tensor([v for r in whole.logprobs[6:] for v in r]), rtol=0, atol=1e-5)
+    assert HFRolloutEngine(model, tok, sampling).generate(prompts, n=3, seed=101).response_ids != whole.response_ids
+    assert len({tuple(r) for r in whole.response_ids}) > 6  # samples, not one greedy answer
+
+
 @needs_vllm
 def test_vllm_greedy_outputs_equal_the_hf_engine(vllm_setup, tok):
     engine, model = vllm_setup

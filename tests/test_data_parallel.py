@@ -1,0 +1,114 @@
+"""Two data-parallel ranks (``torchrun --nproc-per-node 2``, gloo on CPU) train exactly what one process
+trains on the same global batch.
+
+For SFT, GRPO and MOPD (tests/dp_job.py: tiny models, the hf engine, 2 optimizer steps that both
+move the weights), with the torch engine and DeepSpeed ZeRO-2 and ZeRO-3: the final weights equal
+the one-process torch run's (max abs difference <= 1e-5, fp32), the ranks sampled the one-process
+prompts between them, each once per step, and only rank 0 published files. The default suite runs
+the torch engine; DeepSpeed runs with ``bash scripts/test.sh -m slow tests/test_data_parallel.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests import resume_job
+
+REPO = Path(__file__).resolve().parents[1]
+RUNNERS = ["sft", "grpo", "mopd"]
+ENGINES = {"torch": {"train_engine": "torch"},
+           "zero2": {"train_engine": "deepspeed", "zero_stage": 2},
+           "zero3": {"train_engine": "deepspeed", "zero_stage": 3}}
+# One process: the same global batch (SFT: twice the per-rank accumulation). Micro-batches (and the hf
+# engine's generate calls) hold one prompt's samples or one window on both sides, so every forward has
+# the same shapes: with other paddings the tiny random model's log-probs differ by ~1e-6 relative, which
+# AdamW (|update| ~ lr whatever the gradient's size) turns into ~1e-2 x lr weight differences; DeepSpeed
+# reduces in its own order (ZeRO-3: ~1e-3 x lr measured), hence lr 1e-3.
+RL = {"micro_batch_size": 4, "sampling": {"max_new_tokens": 4, "batch_size": 4}}
+ONE_PROCESS = {"sft": {"grad_accum": 2}, "grpo": RL,
+               "mopd": {"micro_batch_size": 2, "sampling": {"max_new_tokens": 4, "batch_size": 2}}}
+TWO_RANKS = {"sft": {"grad_accum": 1}, "grpo": RL, "mopd": ONE_PROCESS["mopd"]}
+STEPS = {"steps": 2, "optim": {"lr": 1e-3, "warmup_steps": 0}}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("dp_data")
+    resume_job.prepare(path)
+    return path
+
+
+def _run(runner: str, data: Path, out: Path, ranks: int, **over) -> None:
+    pairs = [f"{k}={json.dumps(v)}" for k, v in {**STEPS, **over}.items()]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)] if ranks > 1 \
+        else [sys.executable]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    proc = subprocess.run([*launcher, "-m", "tests.dp_job", runner, str(data), str(out), *pairs], cwd=REPO,
+                          capture_output=True, text=True, timeout=900, env={**env, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def one_process(data, tmp_path_factory):
+    """``runner -> out dir`` of its one-process torch-engine run, run once on first use."""
+    return resume_job.run_once(tmp_path_factory, "one",
+                               lambda runner, out: _run(runner, data, out, 1, **ONE_PROCESS[runner]))
+
+
+def _records(out: Path, rank: int) -> list[dict]:
+    path = out / f"rank{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _prompts(records: list[dict]) -> Counter:
+    return Counter((r["step"], tuple(r["prompt"])) for r in records if "prompt" in r)
+
+
+@pytest.mark.parametrize("engine", ["torch", pytest.param("zero2", marks=pytest.mark.slow),
+                                    pytest.param("zero3", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_two_ranks_train_what_one_process_trains(runner, engine, data, one_process, tmp_path):
+    one = one_process(runner)
+    _run(runner, data, tmp_path, 2, **TWO_RANKS[runner], **ENGINES[engine])
+    name = f"resume_{runner}"
+    got = load_file(tmp_path / "ckpt" / name / "model.safetensors")
+    want = load_file(one / "ckpt" / name / "model.safetensors")
+    init = load_file(data / "init" / "model.safetensors")
+    assert got.keys() == want.keys()
+    assert max(float((got[k] - init[k]).abs().max()) for k in got) > 1e-3  # the weights moved
+    worst = max(float((got[k] - want[k]).abs().max()) for k in got)
+    print(f"{runner} {engine}: max |2 ranks - 1 process| = {worst:.3g}")
+    assert worst <= 1e-5, worst
+    ranks = [_records(tmp_path, r) for r in (0, 1)]
+    if runner != "sft":  # each one-process prompt sampled once by one of the ranks, at the same step
+        assert _prompts(ranks[0]) + _prompts(ranks[1]) == _prompts(_records(one, 0))
+        assert _prompts(ranks[0]) and _prompts(ranks[1]) and not set(_prompts(ranks[0])) & set(_prompts(ranks[1]))
+    assert not [r for r in ranks[1] if "replaced" in r]  # rank 1 published nothing
+    published = {Path(r["replaced"]).name for r in ranks[0] if "replaced" in r}
+    assert {name, f"{name}.json", f"{name}.csv", f"{name}.png"} <= published
+    one_rows = json.loads((one / "metrics" / f"{name}.json").read_text())["final"]
+    two_rows = json.loads((tmp_path / "metrics" / f"{name}.json").read_text())["final"]
+    for key in set(one_rows) & {"loss", "reward_mean", "response_tokens", "trained_samples", "supervised_tokens"}:
+        assert two_rows[key] == pytest.approx(one_rows[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_global_batch_that_does_not_split_names_its_key(data, tmp_path):
+    """3 prompts per step on 2 ranks: a clear error naming the params key, before any rollout."""
+    pairs = [f"{k}={json.dumps(v)}" for k, v in {**STEPS, "prompts_per_step": 3}.items()]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                           "tests.dp_job", "grpo", str(data), str(tmp_path), *pairs], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env={**env, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode != 0
+    assert "cascade.stages.resume_grpo.prompts_per_step = 3 must be a multiple of the 2 data-parallel ranks" \
+        in proc.stderr
+    assert torch.__version__  # the launcher ran this torch
