@@ -111,7 +111,9 @@ def document_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: tor
         position_ids: int64 [B, T], restarting at 0 at every document (padding is one segment).
 
     Returns:
-        ``([B, T, H, D], None)``, the layout transformers' attention functions return.
+        ``([B, T, H, D], None)``, the layout transformers' attention functions return. On CUDA with
+        ``flash-attn`` installed (and no dropout) the rows run as one varlen call
+        (:func:`flattened_varlen`); elsewhere SDPA runs per document.
 
     Raises:
         ValueError: without ``position_ids``, with a mask, or with a KV cache (query and key
@@ -123,6 +125,8 @@ def document_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: tor
         raise ValueError(f"{DOCUMENT_ATTENTION} attention takes no attention_mask: documents come from position_ids")
     if query.shape[2] != key.shape[2]:
         raise ValueError(f"{DOCUMENT_ATTENTION} attention is for full-sequence forwards, not a KV cache")
+    if query.is_cuda and _flash_varlen() is not None and not (dropout and module.training):
+        return flattened_varlen(query, key, value, position_ids, scaling), None
     b, h, t, d = query.shape
     rep = h // key.shape[1]
     out = query.new_empty(b, t, h, d)
@@ -136,6 +140,20 @@ def document_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: tor
             out[row, s:e] = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, scale=scaling, dropout_p=dropout if module.training else 0.0).transpose(0, 1)
     return out, None
+
+
+def flattened_varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, position_ids: torch.Tensor,
+                     scaling: float | None = None) -> torch.Tensor:
+    """``[B, T, H, D]``: the ``B`` rows of a packed batch (``query`` ``[B, H, T, D]``, ``key``/``value``
+    ``[B, H_kv, T, D]``) flattened to ``[B * T]`` tokens and run through :func:`varlen_attention` with
+    ``cu_seqlens`` from ``position_ids`` (a document starts at every 0 and at every row start)."""
+    b, h, t, d = query.shape
+    starts = (position_ids == 0).clone()
+    starts[:, 0] = True
+    offsets = starts.reshape(-1).nonzero().flatten()
+    cu = torch.cat([offsets, offsets.new_tensor([b * t])]).to(torch.int32)
+    flat = [x.transpose(1, 2).reshape(b * t, x.shape[1], d) for x in (query, key, value)]
+    return varlen_attention(*flat, cu, softmax_scale=scaling).view(b, t, h, d)
 
 
 @contextmanager

@@ -1,10 +1,11 @@
 """Two data-parallel ranks (``torchrun --nproc-per-node 2``, gloo on CPU) train exactly what one process
 trains on the same global batch.
 
-For SFT, GRPO and MOPD (tests/dp_job.py: tiny models, the hf engine, 2 optimizer steps that both
-move the weights), with the torch engine and DeepSpeed ZeRO-2 and ZeRO-3: the final weights equal
-the one-process torch run's (max abs difference <= 1e-5, fp32), the ranks sampled the one-process
-prompts between them, each once per step, and only rank 0 published files. The default suite runs
+For SFT, GRPO (with a KL term) and MOPD (tests/dp_job.py: tiny models, the hf engine, 2 optimizer
+steps that both move the weights), with the torch engine and DeepSpeed ZeRO-2 and ZeRO-3: the final
+weights equal the one-process torch run's (max abs difference <= 1e-5, fp32), the final metrics
+(loss, KL, SFT's sharded validation loss, rewards) equal its metrics, the ranks sampled the
+one-process prompts between them, each once per step, and only rank 0 published files. The default suite runs
 the torch engine; DeepSpeed runs with ``bash scripts/test.sh -m slow tests/test_data_parallel.py``.
 """
 
@@ -33,10 +34,11 @@ ENGINES = {"torch": {"train_engine": "torch"},
 # the same shapes: with other paddings the tiny random model's log-probs differ by ~1e-6 relative, which
 # AdamW (|update| ~ lr whatever the gradient's size) turns into ~1e-2 x lr weight differences; DeepSpeed
 # reduces in its own order (ZeRO-3: ~1e-3 x lr measured), hence lr 1e-3.
-RL = {"micro_batch_size": 4, "sampling": {"max_new_tokens": 4, "batch_size": 4}}
-ONE_PROCESS = {"sft": {"grad_accum": 2}, "grpo": RL,
+# GRPO with a KL term (its reference: the init checkpoint, loaded per rank); SFT validates 3 windows (2 + 1).
+GRPO = {"micro_batch_size": 4, "kl_beta": 0.05, "sampling": {"max_new_tokens": 4, "batch_size": 4}}
+ONE_PROCESS = {"sft": {"grad_accum": 2, "validation_windows": 3}, "grpo": GRPO,
                "mopd": {"micro_batch_size": 2, "sampling": {"max_new_tokens": 4, "batch_size": 2}}}
-TWO_RANKS = {"sft": {"grad_accum": 1}, "grpo": RL, "mopd": ONE_PROCESS["mopd"]}
+TWO_RANKS = {"sft": {"grad_accum": 1, "validation_windows": 3}, "grpo": GRPO, "mopd": ONE_PROCESS["mopd"]}
 STEPS = {"steps": 2, "optim": {"lr": 1e-3, "warmup_steps": 0}}
 
 
@@ -97,7 +99,9 @@ def test_two_ranks_train_what_one_process_trains(runner, engine, data, one_proce
     assert {name, f"{name}.json", f"{name}.csv", f"{name}.png"} <= published
     one_rows = json.loads((one / "metrics" / f"{name}.json").read_text())["final"]
     two_rows = json.loads((tmp_path / "metrics" / f"{name}.json").read_text())["final"]
-    for key in set(one_rows) & {"loss", "reward_mean", "response_tokens", "trained_samples", "supervised_tokens"}:
+    keys = {"loss", "kl", "val_loss", "reward_mean", "response_tokens", "trained_samples", "supervised_tokens"}
+    assert keys & set(one_rows) <= set(two_rows)
+    for key in keys & set(one_rows):
         assert two_rows[key] == pytest.approx(one_rows[key], rel=1e-4, abs=1e-6), key
 
 

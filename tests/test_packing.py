@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from packing.attention import (
     document_attention,
     document_attention_mask,
+    document_sdpa_forward,
+    flattened_varlen,
     varlen_attention,
 )
 from packing.dataset import PackedDataset, collate_packed
@@ -148,6 +150,17 @@ def test_varlen_attention_on_cpu_equals_block_diagonal_dense_attention():
     torch.testing.assert_close(out, dense, atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="cu_seqlens"):
         varlen_attention(q, k, v, torch.tensor([0, 5], dtype=torch.int32))
+
+
+def test_flattened_varlen_equals_the_per_document_path():
+    """The CUDA route of document attention (rows flattened into one varlen call, ``cu_seqlens`` from
+    ``position_ids``), run here through varlen_attention's CPU fallback, equals the per-document SDPA."""
+    torch.manual_seed(0)
+    pos = torch.stack([torch.cat([torch.arange(n) for n in lengths]) for lengths in ((5, 1, 7, 3), (9, 7))])
+    q, k, v = torch.randn(2, 4, 16, 8), torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8)
+    module = torch.nn.Module()
+    want, _ = document_sdpa_forward(module, q, k, v, None, position_ids=pos)
+    torch.testing.assert_close(flattened_varlen(q, k, v, pos), want, atol=1e-6, rtol=1e-6)
 
 
 def test_document_attention_equals_the_dense_block_mask_in_values_and_gradients():
