@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -103,6 +105,35 @@ def test_two_ranks_train_what_one_process_trains(runner, engine, data, one_proce
     assert keys & set(one_rows) <= set(two_rows)
     for key in keys & set(one_rows):
         assert two_rows[key] == pytest.approx(one_rows[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.slow  # ~1 min: `bash scripts/test.sh -m slow tests/test_data_parallel.py`
+def test_two_ranks_killed_and_resumed_end_bitwise_where_an_uninterrupted_run_ends(data, tmp_path):
+    """GRPO on 2 ranks, a state after every step (each rank's RNG in its own file), the launcher's
+    process group SIGKILLed after step 2, then launched again: the same weights, bit for bit, and the same
+    metrics rows as 2 ranks that were never interrupted."""
+    over = {**STEPS, **GRPO, "steps": 4, "save_every": 1}
+    _run("grpo", data, tmp_path / "full", 2, **over)
+    killed = tmp_path / "killed"
+    pairs = [f"{k}={json.dumps(v)}" for k, v in over.items()]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                             "tests.dp_job", "grpo", str(data), str(killed), *pairs], cwd=REPO, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**env, "OMP_NUM_THREADS": "1"})
+    states = killed / "ckpt" / ".states" / "resume_grpo"
+    deadline = time.monotonic() + 600
+    while not (states / "step-000002").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (states / "step-000002" / "rng-rank1.pt").is_file() and not (killed / "ckpt" / "resume_grpo").exists()
+    _run("grpo", data, killed, 2, **over)
+    name = Path("ckpt") / "resume_grpo" / "model.safetensors"
+    assert (killed / name).read_bytes() == (tmp_path / "full" / name).read_bytes()
+    rows = [[{k: v for k, v in json.loads(line).items() if not k.endswith("_s")}
+             for line in (out / "metrics" / "resume_grpo" / "steps.jsonl").read_text().splitlines()]
+            for out in (killed, tmp_path / "full")]
+    assert [r["step"] for r in rows[0]] == [1, 2, 3, 4] and rows[0] == rows[1]
 
 
 def test_a_global_batch_that_does_not_split_names_its_key(data, tmp_path):

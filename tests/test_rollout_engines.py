@@ -216,13 +216,16 @@ def _rows(tmp_path, name):
 
 
 @needs_vllm
-def test_grpo_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir):
+@pytest.mark.parametrize("engine", [{}, pytest.param({"train_engine": "deepspeed", "zero_stage": 3},
+                                                     marks=pytest.mark.slow, id="zero3")])
+def test_grpo_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir, engine):
     """Two strict on-policy GRPO steps: step 2 samples from the weights step 1 wrote (the version check),
-    the trainer and vLLM agree on every trained token, and the engine's processes are gone after."""
+    the trainer and vLLM agree on every trained token, and the engine's processes are gone after. Under
+    DeepSpeed ZeRO-3 the push reads the gathered parameters (a partition pushed would disagree by nats)."""
     before = _engine_processes()  # the module's own engine
     cfg = GRPOConfig.model_validate({**_common(tmp_path, "grpo_vllm"), "runner": "grpo", "group_size": 4,
                                      "datasets": [str(_rl_set(tmp_path / "set"))], "dynamic_filtering": False,
-                                     "mask_truncated": False})
+                                     "mask_truncated": False, **engine})
     GRPOStage(cfg, environment=StartsWith("The")).run(cfg.datasets, smollm2_dir)
     rows = _rows(tmp_path, "grpo_vllm")
     assert len(rows) == 2 and all(float(r["trained_samples"]) == 8 for r in rows)
