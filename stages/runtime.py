@@ -121,7 +121,7 @@ class StageRun:
         try:
             distributed.init()
             self.device = distributed.device(self.cfg.device)
-            seed_everything(self.cfg.seed)
+            seed_everything(self.cfg.seed + distributed.rank())  # ranks draw differently (rollouts: per-sample seeds)
             model, self.tokenizer = load_checkpoint(self.init)
             model.to(self.device).train()
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,

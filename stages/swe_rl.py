@@ -26,6 +26,7 @@ from typing import ClassVar
 import torch
 from pydantic import Field
 
+from stages import distributed
 from stages.advantages import get_advantage
 from stages.environment import (
     PromptBuilder,
@@ -139,7 +140,7 @@ class SWERLStage:
             batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
             for step in run.progress(cfg.steps):
                 t0 = time.perf_counter()
-                batch = batches.next()
+                batch, _ = distributed.shard(batches.next(), f"cascade.stages.{cfg.name}.prompts_per_step")
                 group = [b for b in batch for _ in range(cfg.group_size)]
                 check_weights_version(rollout.weights_version, run.updates, cfg.name)
                 with engine.gathered():
@@ -149,11 +150,13 @@ class SWERLStage:
                 ro, masks = episode_rollouts(results, cfg.group_size)
                 adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
                 indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg)
-                stats = {**{k: v for k, v in summarize(results).items() if k != "rows"},
-                         "reward_mean": float(rewards.mean()),
-                         "model_tokens": sum(map(sum, masks)) / len(masks),
-                         "episode_tokens": sum(map(len, ro.response_ids)) / len(ro), **filt,
-                         "trained_samples": float(len(indices))}
+                every = distributed.gather([(r, sum(m), len(ids)) for r, m, ids in zip(results, masks, ro.response_ids,
+                                                                                        strict=True)])
+                stats = {**{k: v for k, v in summarize([e[0] for e in every]).items() if k != "rows"},
+                         "reward_mean": sum(e[0].grade.reward for e in every) / len(every),
+                         "model_tokens": sum(e[1] for e in every) / len(every),
+                         "episode_tokens": sum(e[2] for e in every) / len(every), **distributed.all_reduce_sum(filt),
+                         "trained_samples": distributed.all_reduce_sum({"n": len(indices)})["n"]}
                 stats.update(optimizer_step(run, engine, rollout, indices, partial(
                     accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
                     loss_masks=masks, max_len=cfg.max_context_tokens)))
@@ -164,6 +167,7 @@ class SWERLStage:
             if val_items:
                 greedy = ModelPolicy(rollout, tok, builder, cfg.sampling.max_new_tokens, cfg.max_context_tokens,
                                      greedy=True)
-                with engine.gathered():
-                    validation["swe"] = summarize(self._episodes(greedy, val_items))
+                with engine.gathered():  # rank 0 runs the episodes, every rank gets the summary
+                    summary = summarize(self._episodes(greedy, val_items)) if distributed.is_main() else None
+                validation["swe"] = distributed.broadcast(summary)
             return run.finish(validation, curves=("reward_mean", "loss", "steps", "model_tokens"))

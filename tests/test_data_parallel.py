@@ -6,7 +6,7 @@ steps that both move the weights), with the torch engine and DeepSpeed ZeRO-2 an
 weights equal the one-process torch run's (max abs difference <= 1e-5, fp32), the final metrics
 (loss, KL, SFT's sharded validation loss, rewards) equal its metrics, the ranks sampled the
 one-process prompts between them, each once per step, and only rank 0 published files. The default suite runs
-the torch engine; DeepSpeed runs with ``bash scripts/test.sh -m slow tests/test_data_parallel.py``.
+GRPO on the torch engine; every other case with ``bash scripts/test.sh -m slow tests/test_data_parallel.py``.
 """
 
 from __future__ import annotations
@@ -77,9 +77,12 @@ def _prompts(records: list[dict]) -> Counter:
     return Counter((r["step"], tuple(r["prompt"])) for r in records if "prompt" in r)
 
 
-@pytest.mark.parametrize("engine", ["torch", pytest.param("zero2", marks=pytest.mark.slow),
-                                    pytest.param("zero3", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("runner", RUNNERS)
+CASES = [pytest.param(runner, engine, id=f"{runner}-{engine}",
+                      marks=() if (runner, engine) == ("grpo", "torch") else pytest.mark.slow)
+         for runner in RUNNERS for engine in ENGINES]
+
+
+@pytest.mark.parametrize(("runner", "engine"), CASES)
 def test_two_ranks_train_what_one_process_trains(runner, engine, data, one_process, tmp_path):
     one = one_process(runner)
     _run(runner, data, tmp_path, 2, **TWO_RANKS[runner], **ENGINES[engine])
