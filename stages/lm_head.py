@@ -4,7 +4,8 @@ At 256K tokens x a 152K vocabulary one fp32 copy of the logits is ~155 GB. :func
 computes ``log softmax(h W^T / temperature)[target]`` ``chunk`` rows at a time and recomputes each
 chunk's logits in the backward pass (the approach of Liger's fused linear cross-entropy and of
 torchtune's chunked CE), so the loss needs ``O(chunk x V)`` extra memory whatever ``T`` is, and gives
-the same value and gradients as the full ``[T, V]`` form (tests/test_lm_head.py).
+the same value and gradients as the full ``[T, V]`` form (tests/test_lm_head.py). When all rows fit in
+one chunk, that chunk's softmax is kept for the backward instead (same bound, one matmul fewer).
 """
 
 from __future__ import annotations
@@ -19,11 +20,17 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
                 temperature: float, dtype: torch.dtype) -> torch.Tensor:
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        ctx.probs = None
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(dtype)
             for s in range(0, hidden.shape[0], chunk):
                 logits = (hidden[s:s + chunk].to(dtype) @ w.T).float() / temperature
-                out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - logits.logsumexp(-1)
+                lse = logits.logsumexp(-1)
+                out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - lse
+            if hidden.shape[0] <= chunk and any(ctx.needs_input_grad[:2]):
+                # one chunk: keep its softmax (the chunk x V the forward held anyway) instead of recomputing
+                # the logits in the backward (one [N, H] x [H, V] matmul fewer)
+                ctx.probs = logits.sub_(lse[:, None]).exp_()
         ctx.save_for_backward(hidden, weight, targets)
         ctx.chunk, ctx.temperature, ctx.dtype = chunk, temperature, dtype
         return out
@@ -37,9 +44,12 @@ class _ChunkedLogprobs(torch.autograd.Function):
             w = weight.to(ctx.dtype)
             for s in range(0, hidden.shape[0], ctx.chunk):
                 h = hidden[s:s + ctx.chunk].to(ctx.dtype)
-                logits = (h @ w.T).float() / ctx.temperature
+                if ctx.probs is not None:
+                    probs, ctx.probs = ctx.probs, None
+                else:
+                    probs = torch.softmax((h @ w.T).float() / ctx.temperature, -1)
                 # d logp[target] / d logits = onehot(target) - softmax(logits), through the temperature
-                g = -torch.softmax(logits, -1) * grad_out[s:s + ctx.chunk, None]
+                g = probs.mul_(-grad_out[s:s + ctx.chunk, None])
                 g.scatter_add_(1, targets[s:s + ctx.chunk, None], grad_out[s:s + ctx.chunk, None])
                 g = (g / ctx.temperature).to(ctx.dtype)
                 if grad_hidden is not None:
