@@ -97,6 +97,11 @@ def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, t.tolist(), strict=True))
 
 
+def total(value: float) -> float:
+    """``value`` summed over ranks (a count of this rank's share -> the global batch's)."""
+    return all_reduce_sum({"n": value})["n"]
+
+
 def all_reduce_max(value: int) -> int:
     """The largest ``value`` over ranks."""
     if world_size() == 1:

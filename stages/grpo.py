@@ -200,11 +200,13 @@ def optimizer_step(run: Any, engine: Any, rollout: Any, indices: list[int],
     ``run.sampling.max_logprob_diff``, the rollout engine's, before any weight changes), the optimizer
     step and the sampler's weight sync (``run.updates`` counts it, ``sync_s`` times it); or, when no sample is left to train
     on (on any data-parallel rank: ``indices`` are this rank's), no update and ``skipped_steps`` counted in ``run.counts``.
-    Returns the step's stats. Raises :class:`~stages.onpolicy.OffPolicyError`."""
-    if not distributed.all_reduce_sum({"samples": len(indices)})["samples"]:
+    Returns the step's stats, ``trained_samples`` (over all ranks) among them.
+    Raises :class:`~stages.onpolicy.OffPolicyError`."""
+    trained = distributed.total(len(indices))
+    if not trained:
         run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
-        return {}
-    stats = accumulate()
+        return {"trained_samples": 0.0}
+    stats = {**accumulate(), "trained_samples": trained}
     check_logprob_diff(stats, run.sampling.max_logprob_diff, run.cfg.name)
     stats.update(engine.step())
     t0 = time.perf_counter()
@@ -316,8 +318,7 @@ class GRPOStage:
                 rewards = torch.tensor([s[0] or 0.0 for s in scores], dtype=torch.float32)
                 adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
                 indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg, ungraded)
-                stats = {**rollout_stats(ro, rows, scores), **distributed.all_reduce_sum(filt),
-                         "trained_samples": distributed.all_reduce_sum({"n": len(indices)})["n"]}
+                stats = {**rollout_stats(ro, rows, scores), **distributed.all_reduce_sum(filt)}
                 stats.update(optimizer_step(run, engine, rollout, indices, partial(
                     accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
                     ref_model)))

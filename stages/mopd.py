@@ -258,7 +258,7 @@ def accumulate_distillation(model: Any, backward: Any, rollouts: Rollouts, teach
     ``loss`` and the :func:`mopd_loss` stats summed over the global window (window token means), and
     ``logprob_diff`` (mean |trainer - sampler| log-prob of the trained tokens, :mod:`stages.onpolicy`).
     """
-    num_tokens = int(distributed.all_reduce_sum({"n": sum(len(rollouts.response_ids[i]) for i in indices)})["n"])
+    num_tokens = int(distributed.total(sum(len(rollouts.response_ids[i]) for i in indices)))
     loss_fn = get_loss(cfg.loss)
     totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
     for chunk, weight in micro_batches(indices, cfg.micro_batch_size):
@@ -333,8 +333,7 @@ class MOPDStage(GRPOStage):
                                                float((torch.tensor(ro.logprobs[i]) - t_lps[i].cpu()).sum()))
                                               for i, r in enumerate(rows)])
                 stats: dict[str, float] = {"response_tokens": sum(s[1] for s in samples) / len(samples),
-                                           "truncated": sum(s[2] for s in samples) / len(samples),
-                                           "trained_samples": distributed.all_reduce_sum({"n": len(indices)})["n"]}
+                                           "truncated": sum(s[2] for s in samples) / len(samples)}
                 for domain in sorted({s[0] for s in samples}):  # k1 with the sampler's log-probs
                     mine = [s for s in samples if s[0] == domain]
                     stats[f"reverse_kl/{domain}"] = sum(s[3] for s in mine) / max(sum(s[1] for s in mine), 1)

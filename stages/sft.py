@@ -116,15 +116,15 @@ def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]]
     time); each micro-batch loss is divided by the supervised-token count of the window of every
     data-parallel rank (all-reduced; every rank holds as many micro-batches). Returns the global window
     ``loss`` (mean nats/token) and ``supervised_tokens``."""
-    num_tokens = distributed.all_reduce_sum(
-        {"n": sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum()) for b in micro_batches)})["n"]
+    num_tokens = distributed.total(sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum())
+                                       for b in micro_batches))
     total = 0.0
     for b in micro_batches:
         nll, _ = packed_nll(model, b, chunk)
         loss = nll / max(num_tokens, 1)
         backward(loss)
         total += float(loss.detach())
-    return {**distributed.all_reduce_sum({"loss": total}), "supervised_tokens": float(num_tokens)}
+    return {"loss": distributed.total(total), "supervised_tokens": float(num_tokens)}
 
 
 def _pack_file(dataset: str | Path, split: str) -> Path:
@@ -204,7 +204,7 @@ class SFTStage:
                 stats = accumulate_sft(engine.model, engine.backward, micro, cfg.loss_chunk_tokens)
                 stats.update(engine.step())
                 dt = time.perf_counter() - t0
-                tokens = distributed.all_reduce_sum({"n": sum(b["input_ids"].numel() for b in micro)})["n"]
+                tokens = distributed.total(sum(b["input_ids"].numel() for b in micro))
                 stats.update(step_s=dt, tokens_per_s=tokens / dt)
                 run.log(step, stats)
             validation = self._validate(run, datasets, pad)

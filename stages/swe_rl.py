@@ -155,8 +155,7 @@ class SWERLStage:
                 stats = {**{k: v for k, v in summarize([e[0] for e in every]).items() if k != "rows"},
                          "reward_mean": sum(e[0].grade.reward for e in every) / len(every),
                          "model_tokens": sum(e[1] for e in every) / len(every),
-                         "episode_tokens": sum(e[2] for e in every) / len(every), **distributed.all_reduce_sum(filt),
-                         "trained_samples": distributed.all_reduce_sum({"n": len(indices)})["n"]}
+                         "episode_tokens": sum(e[2] for e in every) / len(every), **distributed.all_reduce_sum(filt)}
                 stats.update(optimizer_step(run, engine, rollout, indices, partial(
                     accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
                     loss_masks=masks, max_len=cfg.max_context_tokens)))
