@@ -177,13 +177,14 @@ def side_datatrove(work: Path) -> dict:
 
 # ------------------------------------------------------------------ decontamination speed
 def decontamination_speed(ingested: Path, repeat: int = 9) -> dict:
-    """Index build time and, per training table, :func:`find_contamination` against every benchmark
-    (n = 8, 13; params' coverage and boilerplate bound). MB = UTF-8 bytes of the matched item text;
-    CPU seconds are the process's (all threads), so MB / CPU s is the throughput per core used.
-    After one warm-up call (numba compiles or loads its cache) ``repeat`` calls are timed; the
-    least and the median CPU time are kept (this VM's speed drifts by +-20 % over seconds)."""
-    from common.text import item_texts
-    from curation.decontaminate import build_index, find_contamination
+    """Index build time and :func:`find_contamination_tables` of the training tables against every
+    benchmark (n = 8, 13; params' rule), per table alone and of both as one corpus (what the step
+    runs). MB = UTF-8 bytes of the matched text (prompt and answer sides, :func:`side_texts`); CPU
+    seconds are the process's (all threads), so MB / CPU s is the throughput per core used. After
+    one warm-up call (numba compiles or loads its cache) ``repeat`` calls are timed; the least and
+    the median CPU time are kept (this VM's speed drifts by +-20 % over seconds)."""
+    from curation.decontaminate import find_contamination_tables, side_texts
+    from curation.ngram_index import build_index
 
     bench = pl.read_parquet(ingested / "benchmarks.parquet")
     c0, t0 = time.process_time(), time.perf_counter()
@@ -191,18 +192,20 @@ def decontamination_speed(ingested: Path, repeat: int = 9) -> dict:
     index.lookup  # noqa: B018 - membership structures, built once per index
     out = {"index": {"items": len(index.items), "ngrams": len(index.grams), "wall_s": time.perf_counter() - t0,
                      "cpu_s": time.process_time() - c0}}
-    for kind in ("sft", "rl"):
-        train = pl.read_parquet(ingested / f"{kind}.parquet")
-        mb = item_texts(train, kind).str.len_bytes().sum() / 1e6
-        matches, _ = find_contamination(train, kind, index, 50, {8: 0.5, 13: 0.0})
+    rule = {"max_train_doc_freq": 50, "min_coverage": {8: 0.5, 13: 0.0}, "stock_doc_freq": 1}
+    tables = {kind: pl.read_parquet(ingested / f"{kind}.parquet") for kind in ("sft", "rl")}
+    for part in [*({k: t} for k, t in tables.items()), tables]:
+        label = "+".join(part)
+        mb = sum(side_texts(t, k).str.len_bytes().sum() for k, t in part.items()) / 1e6
+        matches, _ = find_contamination_tables(part, index, **rule)
         runs = []
         for _ in range(repeat):
             c0, t0 = time.process_time(), time.perf_counter()
-            find_contamination(train, kind, index, 50, {8: 0.5, 13: 0.0})
+            find_contamination_tables(part, index, **rule)
             runs.append({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0})
         runs.sort(key=lambda r: r["cpu_s"])
-        out[kind] = {"rows": len(train), "mb": mb, **runs[0], "median_cpu_s": runs[len(runs) // 2][
-            "cpu_s"], "contaminated": len(matches)}
+        out[label] = {"rows": sum(len(t) for t in part.values()), "mb": mb, **runs[0],
+                      "median_cpu_s": runs[len(runs) // 2]["cpu_s"], "contaminated": matches["uuid"].n_unique()}
     return out
 
 
@@ -212,17 +215,14 @@ def print_decontamination(ingested: Path) -> None:
     print(f"decontamination index: {ix['items']} benchmark fields, {ix['ngrams']} n-grams (8, 13), "
           f"built in {ix['wall_s']:.2f} s wall / {ix['cpu_s']:.2f} s CPU; polars threads {pl.thread_pool_size()}, "
           f"load average {os.getloadavg()[0]:.2f}")
-    print(f"{'table':<7}{'rows':>7}{'MB':>7}{'wall s':>8}{'cpu s':>7}{'MB/s':>7}{'cores':>7}{'MB/s/core':>10}"
+    print(f"{'tables':<8}{'rows':>7}{'MB':>7}{'wall s':>8}{'cpu s':>7}{'MB/s':>7}{'cores':>7}{'MB/s/core':>10}"
           f"{'median':>8}{'contaminated':>13}")
-    total_mb = total_cpu = 0.0
-    for kind, k in r.items():
-        total_mb, total_cpu = total_mb + k["mb"], total_cpu + k["median_cpu_s"]
-        print(f"{kind:<7}{k['rows']:>7}{k['mb']:>7.1f}{k['wall_s']:>8.2f}{k['cpu_s']:>7.2f}{k['mb'] / k['wall_s']:>7.1f}"
+    for label, k in r.items():
+        print(f"{label:<8}{k['rows']:>7}{k['mb']:>7.1f}{k['wall_s']:>8.2f}{k['cpu_s']:>7.2f}{k['mb'] / k['wall_s']:>7.1f}"
               f"{k['cpu_s'] / k['wall_s']:>7.2f}{k['mb'] / k['cpu_s']:>10.1f}{k['mb'] / k['median_cpu_s']:>8.1f}"
               f"{k['contaminated']:>13}")
-    print(f"both tables: {total_mb:.1f} MB at {total_mb / total_cpu:.1f} MB/s/core (median runs)")
-    print("(cores = CPU s / wall s: the cores the step kept busy; MB/s/core = MB per CPU second of the fastest of 9 "
-          "runs, median = of the median run)")
+    print("(sft+rl: both tables as one corpus, as the step runs; prompt and answer sides; cores = CPU s / wall s; "
+          "MB/s/core = MB per CPU second of the fastest of 9 runs, median = of the median run)")
 
 
 def main() -> None:

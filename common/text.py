@@ -48,8 +48,18 @@ def row_text(kind: str) -> pl.Expr:
 
 
 def user_text(kind: str) -> pl.Expr:
-    """All user turns of a row joined by newlines (what decontamination matches)."""
+    """All user turns of a row joined by newlines (the prompt side decontamination matches)."""
     return _messages_text(messages_column(kind), ("user",))
+
+
+def answer_text(kind: str) -> pl.Expr:
+    """All assistant turns of a row joined by newlines, each as its ``reasoning_content`` then its
+    ``content`` (the answer side decontamination matches; empty for a row without one)."""
+    el = pl.element()
+    turn = pl.when(el.struct.field("role") == "assistant").then(
+        pl.concat_str([el.struct.field("reasoning_content"), el.struct.field("content")], separator="\n",
+                      ignore_nulls=True))
+    return messages_column(kind).list.eval(turn.drop_nulls()).list.join("\n").fill_null("")
 
 
 def item_texts(frame: pl.DataFrame, kind: str) -> pl.Series:

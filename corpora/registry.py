@@ -6,6 +6,7 @@ built from the canonical rows of earlier sources, named in ``path``), how they a
 (``format``), which adapter maps them into the canonical schema, and its
 ``domain``, ``role`` (``train`` rows feed the datasets, ``benchmark`` rows are
 the decontamination references and held-out evaluation sets) and ``license``.
+A source that yields no rows fails ingest unless it is ``optional``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class SourceSpec(BaseModel):
     license: str
     limit: int | None = Field(default=None, ge=1)
     enabled: bool = True  # False: only used when named in ``only`` (tests, explicit runs)
+    optional: bool = False  # True: the source may yield no rows (ingest warns); else ingest fails on it
     options: dict[str, Any] = Field(default_factory=dict)
     notes: str = ""
 

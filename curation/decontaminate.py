@@ -1,288 +1,87 @@
-"""Benchmark decontamination by hashed word n-gram overlap.
+"""Benchmark decontamination: which training rows hold a benchmark item.
 
-Index (built once per benchmark set, a DVC output): every word n-gram, for each
-n in ``decontaminate.ngrams`` (8 and 13 by default), of two fields of every
-``benchmark`` row: ``question`` (:func:`common.text.item_texts`: the item's own
-text without our instruction template) and ``answer`` (``ground_truth.answer``,
-else ``metadata.canonical_solution``). Questions shorter than the largest n are
-also indexed by the hash of their whole token sequence (exact-match fallback);
-shorter answers ("B", "42") are not, as they identify no item.
+Matching: both sides of each training row (:data:`SIDES`): the prompt side (all user turns
+joined, or ``metadata.question``) and the answer side (every assistant turn's reasoning and
+content) are scanned exhaustively against the n-gram index of the benchmark items
+(:mod:`curation.ngram_index`: questions and reference solutions); a side whose whole token
+sequence equals a short question matches too. A reference solution copied into an assistant turn
+is caught (the answer side needs ``answer_min_coverage`` of the field's n-grams: answers are
+formulaic). This is the GPT-3 practice (Brown et al. 2020, appendix C; 13-grams) with an 8-gram
+level as in Llama 2's contamination study.
 
-Matching: the item text of each training row (all user turns joined, or
-``metadata.question``), tokenized as in :mod:`curation.ngrams` (NFKC, lowercase,
-punctuation and line breaks ignored), is hashed window by window for every n and
-looked up exhaustively in the index; a row whose whole token sequence equals a
-short question matches too. This is the GPT-3 practice (Brown et al. 2020,
-appendix C; 13-grams) with an 8-gram level as in Llama 2's contamination study.
+Short n-grams such as 8 also occur in unrelated text ("1 2 3 4 5 6 7 8", "what is the
+probability that exactly two of"), so per n a side must share at least a fraction
+``min_coverage`` of an item's n-grams (0: any one, the 13-gram rule).
 
-Short n-grams such as 8 also occur in unrelated text ("1 2 3 4 5 6 7 8", "what
-is the probability that exactly two of"), so per n a row must share at least a
-fraction ``min_coverage`` of an item's n-grams (0: any one, the 13-gram rule).
-
-Speed: the item texts are read once into one UTF-8 buffer and tokenized in chunks of ~8 MB
-(:func:`curation.ngrams.tokenize_utf8`, compiled loops, work arrays reused between chunks and
-calls); every window sum of the smallest n is tested against two bit sets of the index and then
-searched in its sorted keys (galloping over sorted needles); longer n-grams are hashed only where
-the smallest one hit (an indexed 13-gram starts with an indexed 8-gram); the passes below run on
-numpy arrays. ``benchmarks/dedup.py --only decontam`` measures it.
-
-Boilerplate guard: an n-gram shared by more than ``max_train_doc_freq`` training
-rows is a formula of the training corpus ("please answer the following question
-...") and does not count (counted in the stats). Removing contaminated rows
-lowers those frequencies, so detection repeats on the remaining rows until a pass
-finds nothing, or stops early when no ignored n-gram falls to the bound (the next pass
-would find nothing): running detection again on the output finds 0 by construction.
+Boilerplate and stock phrases: an n-gram held by more than ``max_train_doc_freq`` training
+problems is a formula of the training corpus ("please answer the following question ...") and
+does not count (counted in the stats). One held by more than ``stock_doc_freq`` problems (1 by
+default) is a stock phrase of the genre ("where m and n are relatively prime positive integers",
+"enter the letter of the correct option", Asymptote preambles): alone, one such phrase is not
+evidence (:func:`find_contamination_tables`). Removing contaminated rows lowers those frequencies
+(the copies of an item go in the first pass, so later passes count only unrelated problems), so
+detection repeats on the remaining rows until a pass finds nothing, or stops early when no n-gram
+changes tier (the next pass would find nothing): running detection again on the output finds 0 by
+construction. The rule and its audit on the pipeline's data: ``docs/decontamination.md``
+(``benchmarks/contamination_audit.py``).
 """
 
 from __future__ import annotations
 
-import json
-import threading
 from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from common.io import write_json, write_parquet
-from common.text import item_texts
-from curation import ngram_kernels as kernels
-from curation.ngrams import (
-    TOKENIZER,
-    Scratch,
-    sequence_hashes,
-    tokenize,
-    tokenize_utf8,
-    unfmix64,
-    utf8_buffer,
-    window_hashes,
-    window_sums,
-)
+from common.text import answer_text, item_texts, normalize
+from curation.ngram_index import Lookup, NgramIndex, scan
+from curation.ngrams import tokenize
 
-CHUNK_BYTES = 8 << 20  # text bytes tokenized at a time: per-chunk overheads matter below a few MB
-
-
-def benchmark_fields(bench: pl.DataFrame) -> pl.DataFrame:
-    """``benchmark_uuid``, ``benchmark`` (source), ``field`` (question | answer), ``text``: one row
-    per non-empty field of each benchmark row, sorted."""
-    answer = pl.coalesce(pl.col("ground_truth").str.json_path_match("$.answer"),
-                         pl.col("metadata").str.json_path_match("$.canonical_solution"))
-    base = bench.select(pl.col("uuid").alias("benchmark_uuid"), pl.col("source").alias("benchmark"),
-                        item_texts(bench, "rl").alias("question"), answer.alias("answer"))
-    return (base.unpivot(["question", "answer"], index=["benchmark_uuid", "benchmark"],
-                         variable_name="field", value_name="text")
-            .filter(pl.col("text").str.strip_chars() != "").sort("benchmark", "benchmark_uuid", "field"))
-
-
-@dataclass
-class NgramIndex:
-    """Hashed n-gram index of the benchmark fields.
-
-    Attributes:
-        items: :func:`benchmark_fields` frame with an ``item`` (int64) row number.
-        grams: ``n`` (u8), ``h`` (u64 n-gram hash), ``item``, ``pos`` (token position, i32); sorted.
-        exact: ``key`` (u64 whole-sequence hash), ``item``: questions shorter than ``max(ngrams)`` tokens.
-        meta: ``ngrams``, ``tokenizer``, items per benchmark.
-    """
-
-    items: pl.DataFrame
-    grams: pl.DataFrame
-    exact: pl.DataFrame
-    meta: dict[str, Any]
-
-    @cached_property
-    def lookup(self) -> _Lookup:
-        """Membership structures for matching (:class:`_Lookup`), built on first use (~1 s, ~60 MB) and
-        kept on this object; build it before pickling the index to workers so they receive it."""
-        return _build_lookup(self)
-
-
-def build_index(bench: pl.DataFrame, ngrams: list[int]) -> NgramIndex:
-    """Index every benchmark row of ``bench`` (RL schema) for the word n-gram lengths ``ngrams``."""
-    ngrams = sorted({int(n) for n in ngrams})
-    items = benchmark_fields(bench).with_row_index("item").with_columns(pl.col("item").cast(pl.Int64))
-    tok = tokenize(items["text"])
-    grams = []
-    for n in ngrams:
-        h, doc, pos = window_hashes(tok, n)
-        grams.append(pl.DataFrame({"n": np.full(len(h), n, np.uint8), "h": h, "item": doc, "pos": pos.astype(np.int32)}))
-    short = (tok.counts < max(ngrams)) & (tok.counts > 0) & (items["field"] == "question").to_numpy()
-    exact = pl.DataFrame({"key": sequence_hashes(tok)[short], "item": np.flatnonzero(short).astype(np.int64)})
-    per = items.group_by("benchmark").agg(pl.col("benchmark_uuid").n_unique()).sort("benchmark")
-    meta = {"ngrams": ngrams, "tokenizer": TOKENIZER,
-            "benchmark_items": dict(zip(per["benchmark"], per["benchmark_uuid"], strict=True)),
-            "indexed_ngrams": {str(g["n"][0]): len(g) for g in grams if len(g)}}
-    return NgramIndex(items, pl.concat(grams).unique(maintain_order=True).sort("n", "h", "item", "pos"), exact, meta)
-
-
-def write_index(index: NgramIndex, root: str | Path) -> None:
-    """Write the index as ``items``/``grams``/``exact`` parquet files and ``meta.json`` under ``root``."""
-    root = Path(root)
-    for name in ("items", "grams", "exact"):
-        write_parquet(getattr(index, name), root / f"{name}.parquet")
-    write_json(index.meta, root / "meta.json")
-
-
-def read_index(root: str | Path, ngrams: list[int]) -> NgramIndex:
-    """Read an index written by :func:`write_index`.
-
-    Raises:
-        FileNotFoundError: the index is missing (run ``cascade decontam_index``).
-        ValueError: it was built with other n-gram lengths or another tokenizer.
-    """
-    root = Path(root)
-    if not (root / "meta.json").exists():
-        raise FileNotFoundError(f"missing n-gram index {root}: run `cascade decontam_index` (dvc repro)")
-    meta = json.loads((root / "meta.json").read_text())
-    want = {"ngrams": sorted({int(n) for n in ngrams}), "tokenizer": TOKENIZER}
-    got = {k: meta.get(k) for k in want}
-    if got != want:
-        raise ValueError(f"n-gram index {root} was built with {got}, params ask for {want}: rebuild it")
-    return NgramIndex(*(pl.read_parquet(root / f"{n}.parquet") for n in ("items", "grams", "exact")), meta)
-
-
-@dataclass
-class _Lookup:
-    """Membership structures of an :class:`NgramIndex` (built once per index: ``NgramIndex.lookup``).
-
-    Per n: ``sums[n]`` the sorted distinct unfinished window sums (:func:`curation.ngrams.unfmix64`
-    of the hashes, uint64 ``[K]``; a training window's sum is looked up without finishing it),
-    ``first[n]`` (int64 ``[K + 1]``) and ``item[n]``, ``pos[n]``: the index entries of key ``k`` are
-    ``first[n][k]:first[n][k+1]``. ``bitmaps``: bit sets of the smallest n's sums (:data:`_BITMAPS`),
-    a pre-filter: a 2^22-bit set (512 KiB, stays in a core's L2 cache) over bits 42..63 passes ~20 %
-    of absent windows, a 2^26-bit set over bits 12..37 ~1.5 % of those. ``m``: int64
-    ``[max(ngrams) + 1, items]``, the distinct n-grams of each item (``m[n, item]``).
-    """
-
-    ngrams: list[int]
-    sums: dict[int, np.ndarray]
-    first: dict[int, np.ndarray]
-    item: dict[int, np.ndarray]
-    pos: dict[int, np.ndarray]
-    bitmaps: tuple[np.ndarray, np.ndarray]
-    m: np.ndarray
-
-
-_BITMAPS = ((42, 22), (12, 26))  # (shift, log2 bits) of each bit set: slot = (sum >> shift) % 2^bits
-
-
-def _build_lookup(index: NgramIndex) -> _Lookup:
-    ngrams = [int(n) for n in index.meta["ngrams"]]
-    look = _Lookup(ngrams, {}, {}, {}, {}, (np.zeros(0, np.uint8), np.zeros(0, np.uint8)),
-                   np.zeros((max(ngrams) + 1, len(index.items)), np.int64))
-    distinct = index.grams.group_by("n", "item").agg(pl.col("h").n_unique().alias("m"))
-    look.m[distinct["n"].to_numpy(), distinct["item"].to_numpy()] = distinct["m"].to_numpy()
-    for n in ngrams:
-        part = index.grams.filter(pl.col("n") == n)
-        sums = unfmix64(part["h"].to_numpy())
-        order = np.argsort(sums, kind="stable")
-        look.sums[n], first = np.unique(sums[order], return_index=True)
-        look.first[n] = np.append(first, len(sums)).astype(np.int64)
-        look.item[n], look.pos[n] = part["item"].to_numpy()[order], part["pos"].to_numpy()[order]
-    bitmaps = []
-    for shift, size in _BITMAPS:
-        slots = np.zeros(1 << size, dtype=bool)
-        slots[((look.sums[ngrams[0]] >> np.uint64(shift)) & np.uint64((1 << size) - 1)).astype(np.intp)] = True
-        bitmaps.append(np.packbits(slots, bitorder="little"))
-    look.bitmaps = (bitmaps[0], bitmaps[1])
-    return look
-
-
-def _find(sorted_keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(found bool, position int64) of each value in ``sorted_keys``. The values are searched in
-    sorted order (numpy starts each binary search from the previous result: 2x fewer cache misses)."""
-    at = np.zeros(len(values), dtype=np.int64)
-    if not len(sorted_keys):
-        return np.zeros(len(values), dtype=bool), at
-    order = np.argsort(values)
-    at[order] = np.minimum(np.searchsorted(sorted_keys, values[order]), len(sorted_keys) - 1)
-    return sorted_keys[at] == values, at
-
-
-def _chunk_hits(data: np.ndarray, offsets: np.ndarray, look: _Lookup, exact_keys: np.ndarray, scratch: Scratch
-                ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Index hits of a batch of texts (:func:`curation.ngrams.tokenize_utf8`'s ``data``, ``offsets``):
-    n-gram hits as (doc int64, n uint8, key int64: position in ``look.sums[n]``) arrays, and exact
-    hits as (doc, key uint64): texts whose whole token sequence hashes to an exact key.
-
-    Every indexed n-gram's first ``ngrams[0]`` tokens are an indexed n-gram too (same item, same
-    position), so longer n are looked up only where the shortest one hit.
-    """
-    tok = tokenize_utf8(data, offsets, scratch)
-    n0, ends = look.ngrams[0], tok.offsets[1:]
-    doc, at = scratch.array("doc", len(tok.hashes), np.int64), scratch.array("at", len(tok.hashes), np.int64)
-    sums = scratch.array("sums", len(tok.hashes), np.uint64)
-    (bits0, bits1), ((shift0, size0), (shift1, size1)) = look.bitmaps, _BITMAPS
-    c = kernels.window_candidates(tok.hashes, tok.offsets, n0, bits0, shift0, size0, bits1, shift1, size1, doc, at, sums)
-    found, key = _find(look.sums[n0], sums[:c])
-    doc, at, key = doc[:c][found], at[:c][found], key[found]
-    out = [[doc], [np.full(len(at), n0, np.uint8)], [key]]
-    for n in look.ngrams[1:]:
-        fits = at + n <= ends[doc]
-        found, key = _find(look.sums[n], window_sums(tok, n, at[fits]))
-        for acc, arr in zip(out, (doc[fits][found], np.full(int(found.sum()), n, np.uint8), key[found]), strict=True):
-            acc.append(arr)
-    counts = tok.counts
-    short = np.flatnonzero((counts > 0) & (counts < max(look.ngrams)))
-    seq = sequence_hashes(tok, short)
-    hit = np.isin(seq, exact_keys)
-    return [np.concatenate(a) for a in out], [short[hit], seq[hit]]
-
-
-def _chunks(lengths: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
-    """Consecutive row ranges (start, stop) of about ``max_bytes`` text bytes (at least one row each)."""
-    bounds = np.searchsorted(np.cumsum(lengths), np.arange(max_bytes, int(lengths.sum()) + max_bytes, max_bytes),
-                             side="right")
-    bounds = np.unique(np.concatenate([[0], bounds, [len(lengths)]]))
-    stops = np.maximum(bounds[1:], bounds[:-1] + 1)
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], stops, strict=True) if a < b]
-
-
-_THREAD = threading.local()
-
-
-def _scratch() -> Scratch:
-    """This thread's tokenizing work arrays, kept between calls (a batch after the first touches no
-    fresh memory); they grow to the largest chunk seen: ~100 MB resident (~200 MB reserved) at
-    ``CHUNK_BYTES``."""
-    if not hasattr(_THREAD, "scratch"):
-        _THREAD.scratch = Scratch()
-    return _THREAD.scratch
+SIDES = ("prompt", "answer")  # the texts of a training row matched: its task, the assistant turns
 
 
 @dataclass
 class _Hits:
-    """Index hits of the training rows, as arrays.
+    """Index hits of the training texts, as arrays.
 
-    ``row``, ``nk`` (int64 ``[H]``, unique pairs): training row number and n-gram key
-    ``key * 256 + n`` (``key``: position in ``_Lookup.sums[n]``). ``exact_row``, ``exact_item``
-    (int64 ``[E]``): rows whose whole token sequence equals a short question.
+    ``doc``, ``nk`` (int64 ``[H]``, unique pairs): text number (``side * rows + row``, sides as in
+    :data:`SIDES`) and n-gram key ``key * 256 + n`` (``key``: position in ``Lookup.sums[n]``).
+    ``row``, ``row_nk`` (int64 ``[U]``, unique pairs): the same n-grams per training row (a row
+    holding an n-gram on both sides counts once: the document frequencies). ``exact_doc``,
+    ``exact_item`` (int64 ``[E]``): texts whose whole token sequence equals a short question.
     """
 
-    row: np.ndarray
+    doc: np.ndarray
     nk: np.ndarray
-    exact_row: np.ndarray
+    row: np.ndarray
+    row_nk: np.ndarray
+    exact_doc: np.ndarray
     exact_item: np.ndarray
 
 
-def _train_hits(train: pl.DataFrame, kind: str, index: NgramIndex) -> _Hits:
-    """All index hits of the rows of ``train`` (``row`` is the row number in ``train``)."""
-    data, offsets = utf8_buffer(item_texts(train, kind).fill_null(""))
-    exact_keys = index.exact["key"].to_numpy()
-    out: list[list[np.ndarray]] = [[np.zeros(0, t)] for t in (np.int64, np.uint8, np.int64, np.int64, np.uint64)]
-    scratch = _scratch()
-    for start, stop in _chunks(np.diff(offsets), CHUNK_BYTES):
-        (doc, n, key), (ex_doc, ex_key) = _chunk_hits(data[offsets[start]:offsets[stop]],
-                                                      offsets[start:stop + 1] - offsets[start], index.lookup,
-                                                      exact_keys, scratch)
-        for acc, arr in zip(out, (doc + start, n, key, ex_doc + start, ex_key), strict=True):
-            acc.append(arr)
-    row, n, key, ex_row, ex_key = (np.concatenate(a) for a in out)
-    row, nk = _unique_pairs(row, key * 256 + n)
-    exact = pl.DataFrame({"row": ex_row, "key": ex_key}).join(index.exact, on="key")
-    return _Hits(row, nk, exact["row"].to_numpy(), exact["item"].to_numpy())
+def side_texts(train: pl.DataFrame, kind: str, sides: tuple[str, ...] = SIDES) -> pl.Series:
+    """The texts decontamination matches, ``len(sides) * len(train)`` Utf8 values, side by side:
+    every row's prompt side (:func:`common.text.item_texts`) and/or every row's answer side
+    (:func:`common.text.answer_text`: assistant content and reasoning), ``""`` where a row has none.
+
+    Raises:
+        ValueError: a side not in :data:`SIDES`.
+    """
+    texts = {"prompt": lambda: item_texts(train, kind).fill_null(""),
+             "answer": lambda: train.select(answer_text(kind)).to_series()}
+    unknown = sorted(set(sides) - set(SIDES))
+    if unknown or not sides:
+        raise ValueError(f"decontamination sides {list(sides)}: each must be one of {list(SIDES)}")
+    return pl.concat([texts[side]().alias("text") for side in sides])
+
+
+def _train_hits(texts: pl.Series, rows: int, index: NgramIndex) -> _Hits:
+    """All index hits of ``texts`` (:func:`side_texts` of tables of ``rows`` rows in all)."""
+    doc, n, key, exact_doc, exact_item = scan(texts, index)
+    doc, nk = _unique_pairs(doc, key * 256 + n)
+    row, row_nk = _unique_pairs(doc % max(rows, 1), nk)
+    return _Hits(doc, nk, row, row_nk, exact_doc, exact_item)
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -295,104 +94,211 @@ def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
-def _index_entries(hits: _Hits, look: _Lookup) -> dict[str, np.ndarray]:
-    """Every index entry under each hit: ``row``, ``nk`` (the hit's), ``item``, ``pos`` (int64 ``[N]``)."""
-    cols: dict[str, list[np.ndarray]] = {c: [np.zeros(0, np.int64)] for c in ("row", "nk", "item", "pos")}
+def _index_entries(hits: _Hits, look: Lookup) -> dict[str, np.ndarray]:
+    """Every index entry under each hit: ``doc``, ``nk`` (the hit's), ``item``, ``pos`` (int64 ``[N]``)."""
+    cols: dict[str, list[np.ndarray]] = {c: [np.zeros(0, np.int64)] for c in ("doc", "nk", "item", "pos")}
     n_of = hits.nk & 255
     for n in look.ngrams:
         part = np.flatnonzero(n_of == n)
         first, key = look.first[n], hits.nk[part] >> 8
         count = first[key + 1] - first[key]
         src = np.repeat(first[key] - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
-        for name, values in (("row", np.repeat(hits.row[part], count)), ("nk", np.repeat(hits.nk[part], count)),
+        for name, values in (("doc", np.repeat(hits.doc[part], count)), ("nk", np.repeat(hits.nk[part], count)),
                              ("item", look.item[n][src]), ("pos", look.pos[n][src])):
             cols[name].append(values.astype(np.int64))
     return {name: np.concatenate(parts) for name, parts in cols.items()}
 
 
-def _boilerplate(hits: _Hits, live: np.ndarray, max_train_doc_freq: int) -> np.ndarray:
-    """The n-gram keys (``nk``, sorted) of more than ``max_train_doc_freq`` live training rows."""
-    keys, rows = np.unique(hits.nk[live], return_counts=True)
-    return keys[rows > max_train_doc_freq]
+def _doc_freq(hits: _Hits, gone: np.ndarray, problem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n-gram keys ``nk`` sorted, training problems holding each) over the rows not ``gone``;
+    ``problem`` (int64 ``[rows]``): rows with one problem id count once (:func:`_problems`)."""
+    live = ~gone[hits.row]
+    _, nk = _unique_pairs(problem[hits.row[live]], hits.row_nk[live])
+    return np.unique(nk, return_counts=True)
 
 
-def _shared(entries: dict[str, np.ndarray], live: np.ndarray, need: np.ndarray) -> pl.DataFrame:
-    """(``row``, ``n``, ``item``, ``k``, ``pos``): live training rows sharing ``k >= need[n, item]``
-    n-grams with an item (``pos``: the first shared one's position in the item), sorted."""
-    row, n, item = entries["row"][live], entries["nk"][live] & 255, entries["item"][live]
-    group = (row * need.shape[0] + n) * need.shape[1] + item
-    order = np.argsort(group, kind="stable")
-    group = group[order]
-    first = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]])) if len(group) else group
-    k = np.diff(np.append(first, len(group)))
-    pos = np.minimum.reduceat(entries["pos"][live][order], first) if len(group) else first
-    row, n, item = row[order][first], n[order][first], item[order][first]
-    keep = k >= need[n, item]
-    return pl.DataFrame({"row": row[keep], "n": n[keep].astype(np.uint8), "item": item[keep], "k": k[keep],
-                         "pos": pos[keep].astype(np.int32)})
+def _problems(tables: dict[str, pl.DataFrame], rows: np.ndarray) -> np.ndarray:
+    """int64 ``[total rows]``: for the rows ``rows`` (sorted row numbers of the concatenated tables:
+    those with index hits), one id per distinct normalized prompt side (:func:`common.text.item_texts`);
+    -1 elsewhere. The rows of one problem (its SFT solution and RL prompt, several synthesized
+    responses) are one training document for the frequencies."""
+    out = np.full(sum(len(t) for t in tables.values()), -1, np.int64)
+    texts, start = [], 0
+    for kind, t in tables.items():
+        mine = rows[(rows >= start) & (rows < start + len(t))] - start
+        texts.append(item_texts(t[mine], kind).fill_null(""))
+        start += len(t)
+    if len(rows):
+        keys = pl.DataFrame({"t": pl.concat(texts)}).select(normalize(pl.col("t")).hash(seed=0))["t"].to_numpy()
+        out[rows] = np.unique(keys, return_inverse=True)[1]
+    return out
+
+
+def _tiers(freq: np.ndarray, stock_doc_freq: int, max_train_doc_freq: int) -> np.ndarray:
+    """0 (evidence), 1 (stock phrase: evidence only with coverage) or 2 (boilerplate: ignored) per frequency."""
+    return (freq > stock_doc_freq).astype(np.int8) + (freq > max_train_doc_freq)
+
+
+_SHARED = {"doc": pl.Int64, "n": pl.UInt8, "item": pl.Int64, "shared": pl.Int64, "phrases": pl.Int64,
+           "min_doc_freq": pl.Int64, "pos": pl.Int32}
+
+
+def _shared(entries: dict[str, np.ndarray], freq: np.ndarray, tier: np.ndarray, rows: int, need: np.ndarray,
+            need_stock: np.ndarray) -> pl.DataFrame:
+    """(``doc``, ``n``, ``item``, ``shared``, ``phrases``, ``min_doc_freq``, ``pos``): texts sharing
+    enough n-grams with an item, sorted.
+
+    Per (text, n, item), over the distinct shared n-grams whose tier (``tier``, ``freq`` of each
+    entry; -1: the text's row is gone) is below 2: ``shared`` of them, ``phrases`` the runs of
+    overlapping ones (item positions one apart: one copied phrase), ``pos`` the first one's
+    position in the item, ``min_doc_freq`` the fewest training problems holding one. Kept when
+    ``shared >= need[side, n, item]`` (``side = doc // rows``) and, unless one of them is rare
+    (tier 0) or they form several phrases, ``shared >= need_stock[n, item]``: one stock phrase
+    alone is not evidence.
+    """
+    live = (tier >= 0) & (tier < 2)
+    doc, nk, item, pos = (entries[c][live] for c in ("doc", "nk", "item", "pos"))
+    freq, rare = freq[live], tier[live] == 0
+    n = nk & 255
+    group = (doc * need.shape[1] + n) * need.shape[2] + item
+    if not len(group):
+        return pl.DataFrame(schema=_SHARED)
+    order = np.lexsort((nk, group))
+    g, k = group[order], nk[order]
+    first = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+    distinct = np.concatenate([[True], (g[1:] != g[:-1]) | (k[1:] != k[:-1])])
+    shared = np.add.reduceat(distinct, first)
+    any_rare = np.add.reduceat(distinct & rare[order], first) > 0
+    min_freq = np.minimum.reduceat(freq[order], first)
+    by_pos = np.lexsort((pos, group))  # the same groups in the same order, positions sorted within each
+    g, p = group[by_pos], pos[by_pos]
+    starts = np.concatenate([[True], (g[1:] != g[:-1]) | (p[1:] > p[:-1] + 1)])
+    phrases = np.add.reduceat(starts, first)
+    first_pos = p[first]
+    doc, n, item = doc[order][first], n[order][first], item[order][first]
+    keep = (shared >= need[doc // max(rows, 1), n, item]) & (any_rare | (phrases > 1) | (shared >= need_stock[n, item]))
+    return pl.DataFrame({"doc": doc[keep], "n": n[keep].astype(np.uint8), "item": item[keep], "shared": shared[keep],
+                         "phrases": phrases[keep], "min_doc_freq": min_freq[keep],
+                         "pos": first_pos[keep].astype(np.int32)})
+
+
+def _need(look: Lookup, coverage: dict[int, float] | None, default: float = 0.0) -> np.ndarray:
+    """int64 ``[max n + 1, items]``: ``max(1, ceil(coverage[n] * m))`` distinct n-grams of each item."""
+    cov = np.full(len(look.m), default)
+    for n, c in (coverage or {}).items():
+        if int(n) < len(cov):
+            cov[int(n)] = c
+    return np.maximum(1, np.ceil(cov[:, None] * look.m)).astype(np.int64)
 
 
 def find_contamination(train: pl.DataFrame, kind: str, index: NgramIndex, max_train_doc_freq: int,
-                       min_coverage: dict[int, float] | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Contaminated rows of ``train`` (schema ``kind``).
+                       min_coverage: dict[int, float] | None = None, stock_doc_freq: int | None = None,
+                       stock_min_coverage: float = 0.5, answer_min_coverage: float = 0.5,
+                       sides: tuple[str, ...] = SIDES) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """:func:`find_contamination_tables` of the one table ``train`` (schema ``kind``), without the
+    ``table`` column."""
+    matches, stats = find_contamination_tables({kind: train}, index, max_train_doc_freq, min_coverage, stock_doc_freq,
+                                               stock_min_coverage, answer_min_coverage, sides)
+    return matches.drop("table"), stats
 
-    A row is contaminated by a benchmark item when it shares, for some n, at least
-    ``max(1, ceil(min_coverage[n] * m))`` of the item's ``m`` distinct n-grams
-    (boilerplate n-grams excluded), or equals a short question exactly. ``min_coverage``
-    defaults to 0 (any one n-gram, the GPT-3 rule); short n such as 8 need a
-    coverage (e.g. 0.5), else generic phrases ("what is the probability that exactly
-    two of") count.
 
-    Returns (matches, stats): ``matches`` has one row per contaminated training row,
-    sorted by uuid: ``uuid``, ``benchmark``, ``benchmark_uuid``, ``field``, ``how``
-    (``"13-gram"`` ... or ``"exact"``), ``match`` (the first shared n-gram's tokens or
-    the whole question). When a row matches several items, the longest n wins, then
-    the smallest (benchmark, benchmark_uuid, field). ``stats``: ``passes`` (detection passes run:
-    one more runs only while removing rows can turn a boilerplate n-gram back into evidence),
-    ``boilerplate_ngrams_ignored`` per n (in the final pass).
+def find_contamination_tables(tables: dict[str, pl.DataFrame], index: NgramIndex, max_train_doc_freq: int,
+                              min_coverage: dict[int, float] | None = None, stock_doc_freq: int | None = None,
+                              stock_min_coverage: float = 0.5, answer_min_coverage: float = 0.5,
+                              sides: tuple[str, ...] = SIDES) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Contaminated rows of the training ``tables`` (``{kind: frame}``: one corpus, so the document
+    frequencies count the rows of every table), matched on the ``sides`` of each row (:data:`SIDES`:
+    the prompt side and the assistant turns' content and reasoning).
+
+    Each n-gram gets the number of training problems holding it (its document frequency ``df``;
+    rows with the same normalized prompt side are one problem: :func:`_problems`).
+    A side of a row is contaminated by a benchmark item when it shares, for some n, at least
+    ``max(1, ceil(min_coverage[n] * m))`` of the item's ``m`` distinct n-grams, not counting
+    boilerplate (``df > max_train_doc_freq``), or equals a short question exactly.
+    ``min_coverage`` defaults to 0 (any one n-gram, the GPT-3 rule); short n such as 8 need a
+    coverage (e.g. 0.5), else generic phrases ("what is the probability that exactly two of")
+    count. Stock phrases (``stock_doc_freq < df <= max_train_doc_freq``, e.g. "where m and n are
+    relatively prime positive integers find m n" in many competition problems): a side whose
+    shared n-grams with an item are all stock n-grams forming one phrase (one run of
+    overlapping windows) is contaminated only when they cover at least ``stock_min_coverage``
+    of the item's n-grams (the item itself, copied into several rows); a rarer shared n-gram
+    or a second phrase makes them evidence. ``stock_doc_freq`` None: no stock tier. On the
+    answer side every n needs at least ``answer_min_coverage`` of the item field's n-grams:
+    assistant turns are formulaic (code idioms such as ``while b: a, b = b, a % b``, LaTeX
+    sequences, Asymptote preambles share single 13-grams with reference solutions by chance),
+    while a copied solution or restated question covers nearly all of its field.
+
+    Returns (matches, stats): ``matches`` has one row per contaminated side of a training row,
+    sorted by uuid, then the longest n, then side: ``uuid``, ``table`` (its kind), ``side``, ``benchmark``,
+    ``benchmark_uuid``, ``field``, ``how`` (``"13-gram"`` ... or ``"exact"``), ``match`` (the
+    first shared n-gram's tokens or the whole question), ``shared`` (distinct n-grams shared,
+    null for exact), ``phrases`` (their runs), ``min_doc_freq`` (live training problems holding the
+    rarest of them in the pass that found it). When a side
+    matches several items, the longest n wins, then the smallest (benchmark, benchmark_uuid,
+    field). ``stats``: ``passes`` (detection passes run: removing rows lowers frequencies, so one
+    more runs while an n-gram's tier changes), ``boilerplate_ngrams_ignored`` and
+    ``stock_ngrams`` per n (in the final pass).
     """
-    look = index.lookup
-    cov = np.zeros(len(look.m))
-    for n, c in (min_coverage or {}).items():
-        if int(n) < len(cov):
-            cov[int(n)] = c
-    need = np.maximum(1, np.ceil(cov[:, None] * look.m)).astype(np.int64)
-    hits = _train_hits(train, kind, index)
+    look, rows = index.lookup, sum(len(t) for t in tables.values())
+    uuids = pl.concat([t["uuid"] for t in tables.values()]) if tables else pl.Series("uuid", [], pl.Utf8)
+    table_of = np.repeat(np.array(list(tables), dtype=object), [len(t) for t in tables.values()])
+    coverage = {int(n): float(c) for n, c in (min_coverage or {}).items()}
+    stock = max_train_doc_freq if stock_doc_freq is None else min(int(stock_doc_freq), max_train_doc_freq)
+    on_answers = _need(look, {n: max(c, answer_min_coverage) for n, c in coverage.items()}, answer_min_coverage)
+    need = np.stack([on_answers if side == "answer" else _need(look, coverage) for side in sides])
+    need_stock = _need(look, {}, stock_min_coverage)
+    texts = [side_texts(t, kind, (side,)) for side in sides for kind, t in tables.items()]
+    hits = _train_hits(pl.concat(texts) if texts else pl.Series([], dtype=pl.Utf8), rows, index)
     entries = _index_entries(hits, look)
-    gone = np.zeros(len(train), dtype=bool)
+    gone = np.zeros(rows, dtype=bool)
     found: list[pl.DataFrame] = []
     passes = 0
+    problem = _problems(tables, np.unique(hits.row))
+    keys, freq = _doc_freq(hits, gone, problem)
     while True:
         passes += 1
-        boiler = _boilerplate(hits, ~gone[hits.row], max_train_doc_freq)
-        live = ~gone[entries["row"]]
-        if len(boiler):
-            live &= ~np.isin(entries["nk"], boiler)
-        shared = _shared(entries, live, need)
-        new = np.union1d(shared["row"].to_numpy(), hits.exact_row[~gone[hits.exact_row]])
+        at = np.minimum(np.searchsorted(keys, entries["nk"]), max(len(keys) - 1, 0))
+        present = (keys[at] == entries["nk"]) if len(keys) else np.zeros(len(at), bool)
+        entry_freq = np.where(present, freq[at] if len(keys) else 0, 0)
+        entry_tier = np.where(present & ~gone[entries["doc"] % max(rows, 1)],
+                              _tiers(entry_freq, stock, max_train_doc_freq), -1)
+        shared = _shared(entries, entry_freq, entry_tier, rows, need, need_stock)
+        exact_live = hits.exact_doc[~gone[hits.exact_doc % max(rows, 1)]]
+        new = np.union1d(shared["doc"].to_numpy(), exact_live) % max(rows, 1)
         if not len(new):
             break
         gone[new] = True
         found.append(shared)
-        # A row left out counts the same n-grams against the same items in the next pass unless an
-        # ignored (boilerplate) n-gram falls to the bound once these rows are gone: else stop here.
-        live_boiler = ~gone[hits.row] & np.isin(hits.nk, boiler)
-        if not len(boiler) or len(_boilerplate(hits, live_boiler, max_train_doc_freq)) == len(boiler):
+        # The texts left count the same n-grams against the same items in the next pass unless an
+        # n-gram's tier falls once these rows are gone: else the next pass would find nothing.
+        before_keys, before = keys, _tiers(freq, stock, max_train_doc_freq)
+        keys, freq = _doc_freq(hits, gone, problem)
+        if np.array_equal(_tiers(freq, stock, max_train_doc_freq), before[np.searchsorted(before_keys, keys)]):
             break
-    gram_hits = pl.concat([shared.clear(), *found]).with_columns(pl.format("{}-gram", "n").alias("how"))
-    exact_hits = pl.DataFrame({"row": hits.exact_row, "item": hits.exact_item}).with_columns(  # all gone in pass 1
-        pl.lit(0, pl.UInt8).alias("n"), pl.lit(0, pl.Int32).alias("pos"), pl.lit("exact").alias("how"))
-    cols = ["row", "item", "n", "pos", "how"]
+    tiers = _tiers(freq, stock, max_train_doc_freq)
+    gram_hits = pl.concat([pl.DataFrame(schema=_SHARED), *found]).with_columns(pl.format("{}-gram", "n").alias("how"))
+    exact_hits = pl.DataFrame({"doc": hits.exact_doc, "item": hits.exact_item}).with_columns(  # all gone in pass 1
+        pl.lit(0, pl.UInt8).alias("n"), pl.lit(0, pl.Int32).alias("pos"), pl.lit("exact").alias("how"),
+        *(pl.lit(None, pl.Int64).alias(c) for c in ("shared", "phrases", "min_doc_freq")))
+    cols = ["doc", "item", "n", "pos", "how", "shared", "phrases", "min_doc_freq"]
     best = (pl.concat([gram_hits.select(cols), exact_hits.select(cols)])
             .join(index.items.select("item", "benchmark", "benchmark_uuid", "field", "text"), on="item")
-            .sort(pl.col("n"), "benchmark", "benchmark_uuid", "field", "pos",
-                  descending=[True, False, False, False, False])
-            .group_by("row", maintain_order=True).first())
+            .sort(pl.col("n"), "doc", "benchmark", "benchmark_uuid", "field", "pos",
+                  descending=[True, False, False, False, False, False])
+            .group_by("doc", maintain_order=True).first())
+    row = best["doc"] % max(rows, 1)
     best = best.with_columns(pl.Series("match", _match_texts(best), dtype=pl.Utf8),
-                             train["uuid"].gather(best["row"]).alias("uuid"))
-    stats = {"passes": passes, "boilerplate_ngrams_ignored": {
-        f"{n}-gram": int(((boiler & 255) == n).sum()) for n in index.meta["ngrams"]}}
-    matches = best.select("uuid", "benchmark", "benchmark_uuid", "field", "how", "match").sort("uuid")
+                             uuids.gather(row).alias("uuid"),
+                             pl.Series("table", table_of[row.to_numpy()].tolist(), dtype=pl.Utf8),
+                             pl.Series("side", np.array(sides)[(best["doc"] // max(rows, 1)).to_numpy()],
+                                       dtype=pl.Utf8))
+    stats = {"passes": passes,
+             "boilerplate_ngrams_ignored": {f"{n}-gram": int(((keys[tiers == 2] & 255) == n).sum())
+                                            for n in index.meta["ngrams"]},
+             "stock_ngrams": {f"{n}-gram": int(((keys[tiers == 1] & 255) == n).sum()) for n in index.meta["ngrams"]}}
+    matches = (best.sort("uuid", pl.col("n"), "side", descending=[False, True, False])
+               .select("uuid", "table", "side", "benchmark", "benchmark_uuid", "field", "how", "match", "shared",
+                       "phrases", "min_doc_freq"))
     return matches, stats
 
 
@@ -406,35 +312,54 @@ def _match_texts(best: pl.DataFrame) -> list[str]:
 
 
 def decontaminate(train: pl.DataFrame, kind: str, index: NgramIndex, max_train_doc_freq: int,
-                  min_coverage: dict[int, float] | None = None
+                  min_coverage: dict[int, float] | None = None, stock_doc_freq: int | None = None,
+                  stock_min_coverage: float = 0.5, answer_min_coverage: float = 0.5, sides: tuple[str, ...] = SIDES
                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, Any]]:
     """Split ``train`` into (clean, contaminated-with-reason, matches, stats).
 
-    ``reason`` is ``contaminated: <benchmark> item <uuid> <field> <how> '<match>'``;
-    ``matches`` is :func:`find_contamination`'s frame; ``stats["contaminated_by_benchmark"]``
-    counts rows per benchmark (each row once, under its reported match).
+    ``reason`` is ``contaminated: <benchmark> item <uuid> <field> <how> in <side> '<match>'``, from
+    the row's first match (:func:`find_contamination`: the longest n, the prompt side first);
+    ``matches`` is that function's frame; ``stats["contaminated_by_benchmark"]`` counts rows per
+    benchmark (each row once, under its reported match).
     """
-    matches, stats = find_contamination(train, kind, index, max_train_doc_freq, min_coverage)
-    bad = matches.with_columns(pl.format("contaminated: {} item {} {} {} '{}'", "benchmark", "benchmark_uuid", "field",
-                                         "how", pl.col("match").str.slice(0, 200)).alias("reason"))
-    dirty = train.join(bad.select("uuid", "reason"), on="uuid", how="inner", maintain_order="left")
-    clean = train.join(bad.select("uuid"), on="uuid", how="anti", maintain_order="left")
-    per = matches.group_by("benchmark").len().sort("benchmark")
-    stats["contaminated_by_benchmark"] = dict(zip(per["benchmark"], per["len"], strict=True))
+    matches, stats = find_contamination(train, kind, index, max_train_doc_freq, min_coverage, stock_doc_freq,
+                                        stock_min_coverage, answer_min_coverage, sides)
+    clean, dirty = split_contaminated(train, matches)
+    stats["contaminated_by_benchmark"] = contaminated_by_benchmark(matches)
     return clean, dirty, matches, stats
 
 
+def split_contaminated(train: pl.DataFrame, matches: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(clean rows, contaminated rows with ``reason``) of ``train``, in its order, by the ``matches``
+    of :func:`find_contamination` (or of :func:`find_contamination_tables`: rows of other tables
+    are ignored). ``reason`` comes from a row's first match."""
+    first = matches.unique("uuid", keep="first", maintain_order=True)
+    bad = first.select("uuid", pl.format("contaminated: {} item {} {} {} in {} '{}'", "benchmark", "benchmark_uuid",
+                                         "field", "how", "side", pl.col("match").str.slice(0, 200)).alias("reason"))
+    return (train.join(bad, on="uuid", how="anti", maintain_order="left"),
+            train.join(bad, on="uuid", how="inner", maintain_order="left"))
+
+
 def contaminated_by_benchmark(matches: pl.DataFrame) -> dict[str, int]:
-    """``{benchmark: contaminated training rows}`` of the decontamination matches (sorted by name)."""
-    totals = matches.group_by("benchmark").len().sort("benchmark")
+    """``{benchmark: contaminated training rows}`` of the decontamination matches (sorted by name;
+    a row counts once, under its first match)."""
+    totals = matches.unique("uuid", keep="first", maintain_order=True).group_by("benchmark").len().sort("benchmark")
     return dict(zip(totals["benchmark"], totals["len"], strict=True))
 
 
 def contamination_report(matches: pl.DataFrame, meta: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
     """``metrics/decontamination.json``: the settings (``params.yaml`` ``decontaminate`` block ``p``)
-    and, per benchmark of the index (``meta``), its item count and every contaminated training row
-    with its match (one dict per row of ``matches``)."""
-    return {"ngrams": meta["ngrams"], "min_coverage": p.get("min_coverage"),
-            "max_train_doc_freq": int(p["max_train_doc_freq"]),
-            "benchmarks": {b: {"items": n, "contaminated_rows": matches.filter(pl.col("benchmark") == b).to_dicts()}
-                           for b, n in meta["benchmark_items"].items()}}
+    and, per benchmark of the index (``meta``): its item count, the contaminated training rows per
+    side (``rows``: ``{"prompt": n, "answer": n}``, a row matched on both sides counts in both;
+    ``rows_removed``: each row once, under its first match) and every match (one dict per row of
+    ``matches``, which may carry a ``table`` column)."""
+    first = contaminated_by_benchmark(matches)
+    out: dict[str, Any] = {k: p.get(k) for k in ("ngrams", "min_coverage", "max_train_doc_freq", "stock_doc_freq",
+                                                 "stock_min_coverage", "answer_min_coverage")}
+    out["benchmarks"] = {}
+    for b, n in meta["benchmark_items"].items():
+        mine = matches.filter(pl.col("benchmark") == b)
+        out["benchmarks"][b] = {"items": n, "rows_removed": first.get(b, 0),
+                                "rows": {side: mine.filter(pl.col("side") == side).height for side in SIDES},
+                                "contaminated_rows": mine.to_dicts()}
+    return out

@@ -27,7 +27,6 @@ import polars as pl
 from tqdm import tqdm
 
 from common.io import write_parquet
-from common.text import md5_hex
 
 RESULT_SCHEMA = {"uuid": pl.Utf8, "pass_rate_total": pl.Int64, "pass_rate_passed": pl.Int64,
                  "responses": pl.List(pl.Utf8), "rewards": pl.List(pl.Float64), "reasons": pl.List(pl.Utf8)}
@@ -184,8 +183,7 @@ def policy_sampler(model_dir: str, engine: str, sampling: dict[str, Any], n: int
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from stages.environment import PromptBuilder
-    from stages.rollout import SamplingConfig, make_rollout_engine, resolve_engine_name
-    from stages.runtime import torch_threads
+    from stages.rollout import SamplingConfig, make_rollout_engine, resolve_engine_name, torch_threads
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = resolve_engine_name(engine)
@@ -241,15 +239,43 @@ def prompt_chars() -> pl.Expr:
             .list.eval(pl.element().struct.field("content").str.len_chars()).list.sum())
 
 
-def split_for_measurement(train: pl.DataFrame, max_prompt_chars: int, max_rows: int
+def split_for_measurement(train: pl.DataFrame, max_prompt_chars: int, max_rows: int, seed: int
                           ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``(todo, skipped)``: the first ``max_rows`` rows of ``train`` in a seeded order (md5 of the
-    uuid) among those whose prompt has at most ``max_prompt_chars`` characters, and every other row
-    (rejected later as ``not_measured``)."""
-    ranked = train.with_columns(md5_hex(train["uuid"], "difficulty:").alias("_r"),
-                                (prompt_chars() > max_prompt_chars).alias("_long")).sort("_long", "_r")
-    todo = ranked.filter(~pl.col("_long")).head(max_rows).drop("_r", "_long")
-    return todo, ranked.join(todo.select("uuid"), on="uuid", how="anti").drop("_r", "_long")
+    """``(todo, skipped)``: the first ``max_rows`` rows of ``train`` among those whose prompt has at
+    most ``max_prompt_chars`` characters, and every other row (rejected later as ``not_measured``).
+
+    Rows are taken in the order ``cascade build`` draws them into the stage mixes
+    (:func:`curation.build.rank_batch` with ``build.seed`` as ``seed``; a mix takes each domain's
+    lowest ranks), so a budget of ``max_rows`` measures the first rows of every mix, not a random
+    sample of which a 600-row mix of a 5,000-row domain would hold one in thirty."""
+    from curation.build import rank_batch
+
+    ranked = rank_batch(train, seed).with_columns((prompt_chars() > max_prompt_chars).alias("_long"))
+    ranked = ranked.sort("_long", "_rank")
+    todo = ranked.filter(~pl.col("_long")).head(max_rows).drop("_rank", "_long")
+    return todo, ranked.join(todo.select("uuid"), on="uuid", how="anti").drop("_rank", "_long")
+
+
+def filter_mix(mix: pl.DataFrame, kept: pl.DataFrame, measured: list[str]) -> tuple[pl.DataFrame, list[str]]:
+    """The rows of a stage mix the filter keeps, and the mix's domains it did not measure (sorted).
+
+    A mix's rows are rows of the per-domain sets (:func:`curation.build.draw_mix` copies them, uuid
+    included), so the filter's verdict on a row carries over: a row of a ``measured`` domain is kept
+    when ``kept`` (the kept rows of every measured set) holds its uuid, and takes its pass rates
+    from there; a row of any other domain is kept as it is (nothing measured it). Mix order is kept.
+
+    >>> mix = pl.DataFrame({"uuid": ["m0", "m1", "c0"], "domain": ["math", "math", "code"],
+    ...                     "pass_rate": None, "pass_rate_total": None, "pass_rate_passed": None})
+    >>> measured = pl.DataFrame({"uuid": ["m1"], "pass_rate": [0.5], "pass_rate_total": [4], "pass_rate_passed": [2]})
+    >>> kept, unmeasured = filter_mix(mix, measured, ["math"])
+    >>> kept["uuid"].to_list(), kept["pass_rate"].to_list(), unmeasured
+    (['m1', 'c0'], [0.5, None], ['code'])
+    """
+    rates = ("pass_rate", "pass_rate_total", "pass_rate_passed")
+    joined = mix.drop(rates).join(kept.select("uuid", *rates), on="uuid", how="left", maintain_order="left")
+    keep = ~pl.col("domain").is_in(measured) | pl.col("pass_rate_total").is_not_null()
+    unmeasured = sorted(set(mix["domain"].unique()) - set(measured))
+    return joined.filter(keep).select(mix.columns), unmeasured
 
 
 def pass_rate_histogram(results: pl.DataFrame, n: int) -> dict[str, int]:

@@ -3,13 +3,21 @@
 Outputs (under ``out_dir``): ``sft.parquet`` and ``rl.parquet`` with the rows of
 ``train`` sources, ``benchmarks.parquet`` with the rows of ``benchmark``
 sources (RL schema: prompt plus reference answer). A record that cannot be
-read, mapped or validated goes to ``rejects/ingest.parquet`` with its reason.
-Counts are per source record: ``records_in == records_mapped + records_rejected``.
+read, mapped or validated goes to ``rejects/ingest.parquet`` with its reason
+(the readers' reasons: :mod:`corpora.readers`; a record that is not a JSON object;
+the adapter's field errors). Counts are per source record:
+``records_in == records_mapped + records_rejected``, checked per source.
+
+The step fails (:class:`corpora.readers.SourceError`, one message naming the source
+and the file or record) when a file cannot be read at all, when an adapter breaks on a
+record instead of rejecting it, or when a source yields no rows unless the registry
+marks it ``optional`` (an empty benchmark would silently drop out of decontamination).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +28,7 @@ from rich.progress import track
 from common.executor import Executor, LocalExecutor
 from common.io import Rejects, finish_step, write_parquet
 from corpora.adapters import get_adapter
-from corpora.readers import read_records
+from corpora.readers import MAX_RECORD_BYTES, SourceError, read_records
 from corpora.registry import SourceSpec, package_dir
 from corpora.schema import SCHEMAS, RecordError, row_uuid, validate_row
 
@@ -88,23 +96,34 @@ class SourceResult:
 
 
 def ingest_source(spec: SourceSpec, root: Path, rejects: Rejects,
-                  derived_from: dict[str, list[dict[str, Any]]] | None = None) -> SourceResult:
+                  derived_from: dict[str, list[dict[str, Any]]] | None = None,
+                  max_record_bytes: int = MAX_RECORD_BYTES) -> SourceResult:
     """Read, adapt and validate every record of ``spec``; rejects go to ``rejects``.
 
     ``root`` is the directory the source's ``path`` is relative to (the fetched
     package directory for ``pypi`` sources); ``derived_from`` holds the rows of
     earlier sources for a ``derived`` one. ``spec.limit`` keeps the first N
     records (counted as ``limit`` rejects so nothing disappears unaccounted).
+    A stored record over ``max_record_bytes`` (params ``ingest.max_record_bytes``) is
+    rejected by the reader before it is decoded.
+
+    Raises:
+        SourceError: a file of the source cannot be read, or the adapter raised something
+            other than :class:`RecordError` on a record (named with its id).
     """
     adapt = get_adapter(spec.adapter)
     result = SourceResult()
-    for raw in read_records(spec, root, derived_from):
+    for raw in read_records(spec, root, derived_from, max_record_bytes):
         result.records_in += 1
         if spec.limit is not None and result.records_mapped >= spec.limit:
             rejects.add(spec.name, raw.record_id, f"limit: source limit {spec.limit} reached", raw.data)
             continue
         if raw.error:
             rejects.add(spec.name, raw.record_id, raw.error, raw.data)
+            continue
+        if not isinstance(raw.data, dict):
+            rejects.add(spec.name, raw.record_id,
+                        f"invalid record: <record>: expected an object, got {type(raw.data).__name__}", raw.data)
             continue
         try:
             partial = adapt(raw.data, spec, root)
@@ -113,12 +132,15 @@ def ingest_source(spec: SourceSpec, root: Path, rejects: Rejects,
         except RecordError as exc:
             rejects.add(spec.name, raw.record_id, f"invalid record: {exc}", raw.data)
             continue
+        except Exception as exc:  # an adapter bug: fail naming the record, never a bare traceback
+            raise SourceError(f"source {spec.name!r}: adapter {spec.adapter!r} broke on record {raw.record_id} "
+                              f"instead of rejecting it: {type(exc).__name__}: {exc}") from exc
         result.records_mapped += 1
         result.rows.extend(rows)
     return result
 
 
-def _ingest_args(args: tuple[SourceSpec, Path]) -> tuple[SourceResult, Rejects]:
+def _ingest_args(args: tuple[SourceSpec, Path, int]) -> tuple[SourceResult, Rejects]:
     return ingest_one(*args)
 
 
@@ -127,23 +149,55 @@ def source_root(spec: SourceSpec, cache: Path) -> Path:
     return package_dir(cache, spec.requirement) if spec.kind == "pypi" else Path.cwd()
 
 
-def ingest_one(spec: SourceSpec, root: Path) -> tuple[SourceResult, Rejects]:
+def ingest_one(spec: SourceSpec, root: Path, max_record_bytes: int = MAX_RECORD_BYTES) -> tuple[SourceResult, Rejects]:
     """The map of ingest: one non-derived source's rows and rejects (``root``: :func:`source_root`)."""
     rejects = Rejects("ingest")
-    return ingest_source(spec, root, rejects), rejects
+    return ingest_source(spec, root, rejects, max_record_bytes=max_record_bytes), rejects
+
+
+def check_yields(specs: list[SourceSpec], per_source: dict[str, dict[str, int]], rejects: Rejects) -> None:
+    """Fail when a source that is not ``optional`` yielded no rows; warn (stderr) for an optional one.
+
+    Raises:
+        SourceError: one line per empty source with its records and reject reasons.
+    """
+    reasons: dict[str, list[str]] = {}
+    for (source, category), n in sorted(rejects.counts().items()):
+        reasons.setdefault(source, []).append(f"{category}: {n}")
+    empty = []
+    for spec in specs:
+        counts = per_source[spec.name]
+        if counts["rows_out"]:
+            continue
+        line = (f"source {spec.name!r} ({spec.role}, {spec.format} {', '.join(spec.patterns)}) yielded no rows: "
+                f"{counts['records_in']} records read, {counts['records_rejected']} rejected "
+                f"({', '.join(reasons.get(spec.name, [])) or 'none'})")
+        if spec.optional:
+            print(f"WARNING {line} (optional in the registry)", file=sys.stderr)
+        else:
+            empty.append(line)
+    if empty:
+        raise SourceError("ingest: " + "; ".join(empty) + ". Fix the files, or mark a source `optional: true` "
+                          "in the registry to let it be empty (a benchmark without rows drops out of "
+                          "decontamination)")
 
 
 def run_ingest(specs: list[SourceSpec], cache: Path, out_dir: Path, root: Path = Path("."),
-               executor: Executor | None = None) -> dict[str, Any]:
+               executor: Executor | None = None, max_record_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]:
     """Ingest ``specs`` and write ``sft``/``rl``/``benchmarks`` parquet files and metrics.
 
     Sources that read their own files are ingested on ``executor`` (one task per source, default
     this process); ``derived`` sources then run here, in registry order, on the earlier rows.
+    ``max_record_bytes``: params ``ingest.max_record_bytes``. Nothing is written when it fails.
+
+    Raises:
+        SourceError: see the module doc (an unreadable file, an adapter that breaks, an empty source).
     """
     ex = executor or LocalExecutor()
     direct = [s for s in specs if s.kind != "derived"]
     done = dict(zip([s.name for s in direct], ex.map_items(
-        [(s, source_root(s, cache.resolve()).resolve()) for s in direct], _ingest_args), strict=True))
+        [(s, source_root(s, cache.resolve()).resolve(), max_record_bytes) for s in direct], _ingest_args),
+        strict=True))
     rejects = Rejects("ingest")
     tables: dict[str, list[dict[str, Any]]] = {"sft": [], "rl": [], "benchmarks": []}
     per_source: dict[str, dict[str, int]] = {}
@@ -155,14 +209,18 @@ def run_ingest(specs: list[SourceSpec], cache: Path, out_dir: Path, root: Path =
             res, own = done.pop(spec.name)
             rejects.merge(own)
         else:
-            res = ingest_source(spec, source_root(spec, cache), rejects, produced)
+            res = ingest_source(spec, source_root(spec, cache), rejects, produced, max_record_bytes)
         produced[spec.name] = res.rows
         target = "benchmarks" if spec.role == "benchmark" else spec.output
         tables[target].extend(res.rows)
         records_in += res.records_in
         records_mapped += res.records_mapped
-        per_source[spec.name] = {"records_in": res.records_in, "rows_out": len(res.rows),
-                                 "records_rejected": len(rejects) - before}
+        counts = {"records_in": res.records_in, "records_mapped": res.records_mapped, "rows_out": len(res.rows),
+                  "records_rejected": len(rejects) - before}
+        if counts["records_in"] != counts["records_mapped"] + counts["records_rejected"]:
+            raise AssertionError(f"ingest: source {spec.name!r}: records unaccounted for: {counts}")
+        per_source[spec.name] = counts
+    check_yields(specs, per_source, rejects)
     for name, rows in tables.items():
         schema = SCHEMAS["sft" if name == "sft" else "rl"]
         write_parquet(pa.Table.from_pylist(rows, schema=schema), out_dir / f"{name}.parquet")

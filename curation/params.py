@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from corpora.readers import MAX_RECORD_BYTES
 from corpora.schema import rl_domains
 
 Fraction = Field(ge=0.0, le=1.0)
@@ -27,6 +28,10 @@ class SourcesParams(Block):
     registry: str = "corpora/sources.yaml"
     only: list[str] | None = None                   # a reduced source set
     options: dict[str, dict[str, Any]] = {}         # per-source option overrides
+
+
+class IngestParams(Block):
+    max_record_bytes: int = Field(MAX_RECORD_BYTES, ge=1)  # a larger stored record is rejected unread
 
 
 class ExecutorParams(Block):
@@ -69,6 +74,9 @@ class DecontaminateParams(Block):
     ngrams: list[int] = Field([8, 13], min_length=1)
     min_coverage: list[float] | None = None
     max_train_doc_freq: int = Field(50, ge=0)
+    stock_doc_freq: int | None = Field(1, ge=0)
+    stock_min_coverage: float = Field(0.5, ge=0.0, le=1.0)
+    answer_min_coverage: float = Field(0.5, ge=0.0, le=1.0)
 
 
 def _installed_domains(domains: Any) -> Any:
@@ -180,6 +188,7 @@ class PipelineParams(Block):
     """The whole ``params.yaml``."""
 
     sources: SourcesParams
+    ingest: IngestParams = IngestParams()
     executor: ExecutorParams = ExecutorParams()
     dedup: DedupParams
     decontaminate: DecontaminateParams

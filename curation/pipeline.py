@@ -24,6 +24,7 @@ ASSETS = Path("data/assets")
 INGESTED = Path("data/ingested")
 DEDUPED = Path("data/dedup")
 MINHASH = Path("data/minhash")
+SYNTHESIZED = Path("data/synthesized")
 DECONTAM_INDEX = Path("data/decontam_index")
 DECONTAMINATED = Path("data/decontaminated")
 SETS = Path("data/sets")
@@ -67,25 +68,39 @@ def step_asset(params: dict[str, Any]) -> list[str]:
 def step_ingest(params: dict[str, Any]) -> dict[str, Any]:
     """Map every source's records into the canonical SFT/RL schemas (data/ingested)."""
     from common.executor import open_executor
+    from corpora.readers import MAX_RECORD_BYTES
     from curation.ingest import run_ingest
 
+    limit = int((params.get("ingest") or {}).get("max_record_bytes", MAX_RECORD_BYTES))
     with open_executor(params) as ex:
-        return run_ingest(_registry(params), SOURCES, INGESTED, executor=ex)
+        return run_ingest(_registry(params), SOURCES, INGESTED, executor=ex, max_record_bytes=limit)
 
 
 def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
-    """Exact then near-duplicate removal (MinHash LSH, verified Jaccard)."""
+    """Exact then near-duplicate removal (MinHash LSH, verified Jaccard) of the ingested rows and
+    the synthesized SFT rows (``data/synthesized/sft.parquet``, appended to the ingested SFT table)."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
     from common.executor import open_executor
     from curation.dedup import run_dedup
 
     priority = {spec.name: i for i, spec in enumerate(_registry(params))}
-    with open_executor(params) as ex:
-        return run_dedup(params, priority, INGESTED, DEDUPED, MINHASH, executor=ex)
+    with tempfile.TemporaryDirectory(dir=DEDUPED.parent, prefix=".dedup-input-") as tmp, open_executor(params) as ex:
+        src = Path(tmp)
+        (src / "rl.parquet").symlink_to((INGESTED / "rl.parquet").resolve())
+        with pq.ParquetWriter(src / "sft.parquet", SCHEMAS["sft"], compression="zstd") as writer:
+            for path in (INGESTED / "sft.parquet", SYNTHESIZED / "sft.parquet"):
+                if path.exists():
+                    for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
+                        writer.write_batch(batch)
+        return run_dedup(params, priority, src, DEDUPED, MINHASH, executor=ex)
 
 
 def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
     """Build the hashed word n-gram index of every benchmark source (question and answer fields)."""
-    from curation.decontaminate import build_index, write_index
+    from curation.ngram_index import build_index, write_index
 
     index = build_index(_load(INGESTED / "benchmarks.parquet"), params["decontaminate"]["ngrams"])
     write_index(index, DECONTAM_INDEX)
@@ -93,28 +108,32 @@ def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
-    """Remove training rows that share a non-boilerplate n-gram with a benchmark item."""
+    """Remove training rows whose prompt or answer side shares enough n-grams with a benchmark item
+    (:func:`curation.decontaminate.find_contamination_tables`, over the SFT and RL tables as one corpus)."""
     from common.executor import open_executor
-    from curation.decontam_map import decontaminate_file
-    from curation.decontaminate import contaminated_by_benchmark, contamination_report, read_index
+    from curation.decontam_map import decontaminate_files
+    from curation.decontaminate import contaminated_by_benchmark, contamination_report
+    from curation.ngram_index import read_index
+    from curation.params import DecontaminateParams
 
     p = params["decontaminate"]
     index = read_index(DECONTAM_INDEX, p["ngrams"])
-    rejects, rows_in, rows_out, stats, report = Rejects("decontaminate"), 0, 0, {}, []
+    settings = DecontaminateParams.model_validate(p).model_dump()  # with the defaults of keys params omit
+    rule = {k: v for k, v in settings.items() if k != "ngrams"}
+    rule["min_coverage"] = dict(zip(p["ngrams"], p.get("min_coverage") or [0.0] * len(p["ngrams"]), strict=True))
     with open_executor(params) as ex:
-        for kind in KINDS:
-            coverage = dict(zip(p["ngrams"], p.get("min_coverage") or [0.0] * len(p["ngrams"]), strict=True))
-            dirty, matches, st, n_in, n_out = decontaminate_file(
-                ex, DEDUPED / f"{kind}.parquet", DECONTAMINATED / f"{kind}.parquet", kind, index,
-                int(p["max_train_doc_freq"]), coverage)
-            rejects.extend_frame(dirty)
-            rows_in, rows_out = rows_in + n_in, rows_out + n_out
-            stats[kind] = {"rows_in": n_in, "rows_out": n_out, **st}
-            report.append(matches.with_columns(pl.lit(kind).alias("table")))
-    write_json(contamination_report(pl.concat(report), index.meta, p), Path("metrics") / "decontamination.json")
-    return finish_step("decontaminate", rows_in, rows_out, rejects, ngrams=index.meta["ngrams"],
-                       benchmark_items=index.meta["benchmark_items"],
-                       contaminated_by_benchmark=contaminated_by_benchmark(pl.concat(report)), per_table=stats)
+        dirty, matches, stats, counts = decontaminate_files(
+            ex, {k: DEDUPED / f"{k}.parquet" for k in KINDS}, {k: DECONTAMINATED / f"{k}.parquet" for k in KINDS},
+            index, rule)
+    rejects = Rejects("decontaminate")
+    for kind in KINDS:
+        rejects.extend_frame(dirty[kind])
+    write_json(contamination_report(matches, index.meta, settings), Path("metrics") / "decontamination.json")
+    per_table = {kind: {"rows_in": n_in, "rows_out": n_out, "contaminated_by_benchmark": contaminated_by_benchmark(
+        matches.filter(pl.col("table") == kind))} for kind, (n_in, n_out) in counts.items()}
+    return finish_step("decontaminate", sum(c[0] for c in counts.values()), sum(c[1] for c in counts.values()),
+                       rejects, ngrams=index.meta["ngrams"], benchmark_items=index.meta["benchmark_items"],
+                       contaminated_by_benchmark=contaminated_by_benchmark(matches), per_table=per_table, **stats)
 
 
 def step_validate(params: dict[str, Any]) -> dict[str, Any]:
@@ -169,16 +188,23 @@ def engine_name(p: dict[str, Any]) -> str:
 
 
 def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
-    """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``."""
+    """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``.
+
+    Writes ``data/filtered/rl/<set>`` for each measured set and each stage mix (``build.mixes``)
+    with a measured domain (the rows its domains kept: :func:`curation.difficulty.filter_mix`), and
+    ``data/filtered/manifest.json`` listing them: the RL stages read those copies
+    (:mod:`stages.datasets`)."""
     from curation.difficulty import (
         apply_pass_rates,
         cache_key,
+        filter_mix,
         histogram_png,
         measure,
         pass_rate_histogram,
         policy_sampler,
         split_for_measurement,
     )
+    from stages.datasets import MANIFEST
     from validators.verifiers import verify_batch
 
     p = params["difficulty"]
@@ -195,10 +221,12 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     try:  # one engine for every set, stopped before the outputs are written
         for name in p["sets"]:
             train = _load(SETS / "rl" / name / "train.parquet")
-            todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), int(p["max_rows_per_set"]))
+            todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), int(p["max_rows_per_set"]),
+                                                  int(params["build"]["seed"]))
             measured[name] = (train, todo, skipped, measure(todo.to_dicts(), sample, score, cache))
     finally:
         sample.close()
+    kept_sets, manifest = [], {}
     for name, (train, todo, skipped, (results, st)) in measured.items():
         st = _split_timings(f"difficulty.throughput.{name}", st)
         kept, dropped = apply_pass_rates(todo, results, float(p["min"]), float(p["max"]))
@@ -212,11 +240,24 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
         rates[name] = (results["pass_rate_passed"] / results["pass_rate_total"]).to_list()
         stats[name] = {"measured": len(todo), "kept": len(kept),
                        "pass_rate_histogram": pass_rate_histogram(results, int(p["n"])), **st}
+        kept_sets.append(kept)
+        manifest[f"rl/{name}"] = {"rows": len(train), "measured": len(todo), "kept": len(kept)}
+    # stage mixes (curation/build.py) re-draw rows of the domain sets: filtered by their rows' verdicts,
+    # not counted again in rows_in / rows_out (as in build)
+    mixes = {}
+    for mix, spec in sorted((params["build"].get("mixes") or {}).items()):
+        if mix in p["sets"] or not set(spec["weights"]) & set(p["sets"]):
+            continue  # measured as a set itself, or none of its domains measured: stages read the full mix
+        full = _load(SETS / "rl" / mix / "train.parquet")
+        kept, unmeasured = filter_mix(full, pl.concat(kept_sets), list(p["sets"]))
+        write_parquet(kept.to_arrow(), FILTERED / "rl" / mix / "train.parquet", SCHEMAS["rl"])
+        write_parquet(_load(SETS / "rl" / mix / "validation.parquet").to_arrow(),
+                      FILTERED / "rl" / mix / "validation.parquet", SCHEMAS["rl"])
+        mixes[mix] = manifest[f"rl/{mix}"] = {"rows": len(full), "kept": len(kept), "unmeasured_domains": unmeasured}
+    write_json({"bounds": [float(p["min"]), float(p["max"])], "model": Path(p["model"]).name, "n": int(p["n"]),
+                "sets": manifest}, FILTERED / MANIFEST)
     histogram_png(rates, int(p["n"]), Path("plots") / "difficulty_pass_rates.png")
-    return finish_step("difficulty", rows_in, rows_out, rejects, per_set=stats)
-
-
-SYNTHESIZED = Path("data/synthesized")
+    return finish_step("difficulty", rows_in, rows_out, rejects, per_set=stats, per_mix=mixes)
 
 
 def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
@@ -265,28 +306,34 @@ def step_export(params: dict[str, Any]) -> dict[str, Any]:
     """Write release/sft and release/rl in the Hugging Face Hub layout (license-cleared rows).
 
     The license check is mapped over the set files on the executor (``release.license_reason``);
-    sharding and writing run here."""
+    sharding and writing run here, after ``export.rows_per_shard`` is checked against every split
+    of both kinds (``release.shard_count``), so a bad setting writes nothing."""
     from common.executor import gather, open_executor
-    from curation.release import export_release, license_reason
+    from curation.release import export_release, license_reason, shard_count
 
     p = params["export"]
-    allow = list(p.get("allow_licenses") or [])
+    allow, rows_per_shard = list(p.get("allow_licenses") or []), p["rows_per_shard"]
     specs = load_registry(params["sources"]["registry"])
     manifest = json.loads((SOURCES / "manifest.json").read_text())
     rejects, rows_in, rows_out, stats = Rejects("export"), 0, 0, {}
+    marked = {}
     with open_executor(params) as ex:
         for kind in KINDS:
             empty = license_reason(_empty(kind), allow)
-            sets = _read_sets(kind, lambda f, empty=empty: gather(ex, f, license_reason, MAP_BATCH_ROWS,
-                                                                  {"allow_licenses": allow}, empty))
-            refused, st = export_release(sets, kind, RELEASE / kind, specs, manifest, allow,
-                                         int(p["rows_per_shard"]), marked=True)
-            if len(refused):
-                rejects.extend_frame(refused)
-            n_in = sum(len(df) for splits in sets.values() for df in splits.values())
-            n_out = sum(sum(s.values()) for s in st["configs"].values())
-            rows_in, rows_out = rows_in + n_in, rows_out + n_out
-            stats[kind] = st
+            marked[kind] = _read_sets(kind, lambda f, empty=empty: gather(ex, f, license_reason, MAP_BATCH_ROWS,
+                                                                          {"allow_licenses": allow}, empty))
+    for kind, sets in marked.items():
+        for config, splits in sets.items():
+            for split, df in splits.items():  # rows to export: those with a null reason
+                shard_count(df["reason"].null_count(), rows_per_shard, f"{kind}/{config}/{split}")
+    for kind, sets in marked.items():
+        refused, st = export_release(sets, kind, RELEASE / kind, specs, manifest, allow, rows_per_shard, marked=True)
+        if len(refused):
+            rejects.extend_frame(refused)
+        n_in = sum(len(df) for splits in sets.values() for df in splits.values())
+        n_out = sum(sum(s.values()) for s in st["configs"].values())
+        rows_in, rows_out = rows_in + n_in, rows_out + n_out
+        stats[kind] = st
     return finish_step("export", rows_in, rows_out, rejects, refused_by_source=rejects.by_source(),
                        releases=stats)
 

@@ -5,8 +5,11 @@ Layout of one release directory (``release/sft`` or ``release/rl``)::
     README.md                                   dataset card (YAML header + provenance)
     <config>/<split>-00000-of-00002.parquet     one config per domain
 
-``datasets.load_dataset(<dir>, <config>)`` reads it back with the rows and
-nested fields unchanged. Rows whose license is not in
+``datasets.load_dataset(<dir>, <config>)`` reads it back with every value
+unchanged but each message padded with the schema's absent keys (null);
+:func:`curation.release_loader.load_release`, and the card's "Loading" snippet,
+drop them again. Shards hold every exported row or nothing is written
+(:func:`shard_count`). Rows whose license is not in
 :data:`corpora.registry.COMMERCIAL_LICENSES` are refused (reason
 ``license_refused``) unless the license is listed in ``allow_licenses``.
 Split and config names are validated before anything is written or uploaded.
@@ -14,6 +17,7 @@ Split and config names are validated before anything is written or uploaded.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from pathlib import Path
@@ -25,10 +29,14 @@ import yaml
 from common.io import atomic_dir, write_parquet
 from corpora.registry import COMMERCIAL_LICENSES, SourceSpec
 from corpora.schema import SCHEMAS
+from curation.release_loader import drop_absent_keys
 
 #: What ``datasets`` accepts as a split name (``datasets.splits`` uses the same rule).
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+ROWS_PER_SHARD = "export.rows_per_shard"
+CARD_PATH = "<this repo or folder>"  # the path in the card's loading snippet
+MAX_SHARDS = 99_999  # shard files are <split>-00000-of-99999.parquet (push_release checks the 5 digits)
 
 
 def check_split_names(names: list[str]) -> None:
@@ -64,9 +72,48 @@ def license_filter(df: pl.DataFrame, allow_licenses: list[str]) -> tuple[pl.Data
     return split_refused(license_reason(df, allow_licenses))
 
 
-def _shards(df: pl.DataFrame, rows_per_shard: int) -> list[pl.DataFrame]:
-    n = max(1, math.ceil(len(df) / rows_per_shard))
-    return [df.slice(i * rows_per_shard, rows_per_shard) for i in range(n)]
+def check_rows_per_shard(value: Any) -> int:
+    """``value`` when it is a whole number >= 1 (not a bool), else ValueError naming the params key."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"params.yaml {ROWS_PER_SHARD}: expected a whole number >= 1, got {value!r}")
+    return value
+
+
+def shard_count(rows: int, rows_per_shard: Any, where: str) -> int:
+    """How many shard files ``rows`` rows of ``where`` (``kind/config/split``) take (0 for none).
+
+    Raises:
+        ValueError: naming ``export.rows_per_shard`` when it is not a whole number >= 1 or when
+            the shards would be more than :data:`MAX_SHARDS` (the 5-digit file names).
+    """
+    n = math.ceil(rows / check_rows_per_shard(rows_per_shard))
+    if n > MAX_SHARDS:
+        raise ValueError(f"params.yaml {ROWS_PER_SHARD}: {rows_per_shard} gives {n} shards for {where} "
+                         f"({rows} rows), file names hold at most {MAX_SHARDS}; set at least "
+                         f"{math.ceil(rows / MAX_SHARDS)}")
+    return n
+
+
+def _loading(kind: str, layout: dict[str, dict[str, Any]]) -> list[str]:
+    """The card's "Loading" section: a snippet (``datasets`` only) restoring the messages' key sets."""
+    config = next(iter(layout), "<config>")
+    split = next(iter(layout.get(config, {})), "train")
+    get = ('messages, tools = row["messages"], json.loads(row["tools"]) or None' if kind == "sft" else
+           'messages, tools = row["responses_create_params"]["input"], '
+           'json.loads(row["responses_create_params"]["tools"]) or None')
+    return ["## Loading", "",
+            "Parquet gives every message every key of the message schema (`tool_calls: None` on a plain user",
+            "turn). A null optional key is an absent key of the source row: the transform below drops them, so a",
+            "chat template that tests a key (`'tool_calls' in message`) renders exactly what the source renders.",
+            "`tools` and tool-call `arguments` are JSON strings, kept byte for byte.", "",
+            "```python", "import json", "", "from datasets import load_dataset", "", "",
+            inspect.getsource(drop_absent_keys).rstrip(), "", "",
+            f'ds = load_dataset("{CARD_PATH}", "{config}", split="{split}").with_transform(drop_absent_keys)',
+            "row = ds[0]", get,
+            "# text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)", "```", "",
+            "Indexing, iteration, column access and `map` see the transformed rows; `to_list()` and",
+            "`to_pandas()` read the padded Arrow table. With cascade-rl installed:",
+            "`curation.release_loader.load_release(path, config, split)` does the same."]
 
 
 def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], licenses: list[str],
@@ -94,6 +141,7 @@ def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], l
               "normalized, exactly deduplicated and decontaminated against the benchmark sources."), "",
              "## Configs", "", "| config | split | rows |", "|---|---|---|"]
     lines += [f"| {c} | {sp} | {s['num_examples']} |" for c, splits in layout.items() for sp, s in splits.items()]
+    lines += ["", *_loading(kind, layout)]
     lines += ["", "## Provenance", "", "| source | release | license | rows | archive sha256 |", "|---|---|---|---|---|"]
     lines += [f"| {p['source']} | {p['release']} | {p['license']} | {p['rows']} | {p['sha256']} |" for p in provenance]
     return "\n".join(lines) + "\n"
@@ -114,31 +162,34 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
         (refused rows with ``reason``, stats {config: {split: rows}}).
 
     Raises:
-        ValueError: on an invalid split or config name, before anything is written.
+        ValueError: on an invalid split or config name, or a ``rows_per_shard`` that is not a
+            whole number >= 1 or gives a split more than :data:`MAX_SHARDS` shards (naming
+            ``export.rows_per_shard``), before anything is written.
     """
     check_split_names(sorted({sp for splits in sets.values() for sp in splits}))
     bad = [c for c in sets if not CONFIG_NAME.fullmatch(c)]
     if bad:
         raise ValueError(f"invalid config names {bad!r}")
+    check_rows_per_shard(rows_per_shard)
+    # every split is filtered and its shard count checked before the first file is written
+    parts = {(config, split): split_refused(df) if marked else license_filter(df, allow_licenses)
+             for config, splits in sorted(sets.items()) for split, df in splits.items()}
+    n_shards = {key: shard_count(len(ok), rows_per_shard, f"{kind}/{key[0]}/{key[1]}")
+                for key, (ok, _) in parts.items() if len(ok)}
     by_name = {s.name: s for s in specs}
-    refused_parts, layout, rows_by_source = [], {}, {}
+    layout, rows_by_source = {}, {}
     with atomic_dir(out_dir) as staging:
-        for config, splits in sorted(sets.items()):
-            for split, df in splits.items():
-                ok, refused = split_refused(df) if marked else license_filter(df, allow_licenses)
-                refused_parts.append(refused)
-                if not len(ok):
-                    continue
-                shards = _shards(ok, rows_per_shard)
-                paths = [staging / config / f"{split}-{i:05d}-of-{len(shards):05d}.parquet"
-                         for i in range(len(shards))]
-                for shard, path in zip(shards, paths, strict=True):
-                    write_parquet(shard, path, SCHEMAS[kind])
-                layout.setdefault(config, {})[split] = {
-                    "num_examples": len(ok), "num_bytes": ok.to_arrow().nbytes,
-                    "download_size": sum(p.stat().st_size for p in paths)}
-                for src, n in ok.group_by("source").len().iter_rows():
-                    rows_by_source[src] = rows_by_source.get(src, 0) + n
+        for (config, split), n in n_shards.items():
+            ok = parts[config, split][0]
+            shards = [ok.slice(i * rows_per_shard, rows_per_shard) for i in range(n)]
+            paths = [staging / config / f"{split}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+            for shard, path in zip(shards, paths, strict=True):
+                write_parquet(shard, path, SCHEMAS[kind])
+            layout.setdefault(config, {})[split] = {  # counted from the shards written
+                "num_examples": sum(len(shard) for shard in shards), "num_bytes": ok.to_arrow().nbytes,
+                "download_size": sum(p.stat().st_size for p in paths)}
+            for src, rows in ok.group_by("source").len().iter_rows():
+                rows_by_source[src] = rows_by_source.get(src, 0) + rows
         provenance = []
         for src, n in sorted(rows_by_source.items()):
             spec = by_name.get(src)
@@ -155,9 +206,9 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
         licenses = sorted({p["license"] for p in provenance})
         (staging / "README.md").write_text(
             _card(f"cascade-rl {kind.upper()} release", kind, layout, licenses, provenance), encoding="utf-8")
-    refused = pl.concat([r for r in refused_parts if len(r)]) if any(len(r) for r in refused_parts) else None
+    refused = [r for _, r in parts.values() if len(r)]
     counts = {c: {sp: s["num_examples"] for sp, s in splits.items()} for c, splits in layout.items()}
-    return refused if refused is not None else pl.DataFrame(), {"configs": counts}
+    return pl.concat(refused) if refused else pl.DataFrame(), {"configs": counts}
 
 
 def push_release(release_dir: Path, repo_id: str, token: str | None, private: bool = True,

@@ -4,12 +4,14 @@ Every checkpoint directory (an HF model dir) holds ``cascade_checkpoint.json``:
 
     {"stage": "if_rl", "runner": "grpo", "init": "data/checkpoints/sft",
      "lineage": ["sft", "if_rl"],
-     "datasets": {"data/sets/rl/instruction_following": "md5:..."},
+     "datasets": {"data/filtered/rl/instruction_following": "md5:..."},
+     "difficulty_filter": {"data/filtered/rl/instruction_following": {"difficulty_filter": "applied", ...}},
      "validation": {"instruction_following": {"reward": 0.31, "pass_rate": 0.25, ...}, ...},
      "train": {...final training metrics...}}
 
 Dataset hashes are md5 over every file's relative path and bytes (the hash DVC uses for
-file content), so lineage says exactly which data versions a checkpoint saw.
+file content), so lineage says exactly which data versions a checkpoint saw; ``difficulty_filter``
+says whether each was the difficulty-filtered copy of a set (:func:`stages.datasets.describe_dataset`).
 :class:`CheckpointRegistry` scans a root of such directories and picks the best
 checkpoint per validation domain (the MOPD teachers, recipe §MOPD).
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from common.io import write_json
+from stages.datasets import describe_dataset
 
 RECORD = "cascade_checkpoint.json"
 
@@ -59,6 +62,7 @@ def write_record(checkpoint: str | Path, *, stage: str, runner: str, init: str |
     record = {"stage": stage, "runner": runner, "init": str(init),
               "lineage": (parent["lineage"] if parent else []) + [stage],
               "datasets": {str(d): dataset_hash(d) for d in datasets},
+              "difficulty_filter": {str(d): describe_dataset(d) for d in datasets},
               "parent_datasets": {**(parent["parent_datasets"] if parent else {}),
                                   **(parent["datasets"] if parent else {})},
               "validation": validation, "train": train}

@@ -9,7 +9,8 @@ The ``cascade`` section of ``params.yaml``::
       stages:
         if_rl: {runner: grpo, datasets: [...], steps: 3, ...}
 
-A stage outside ``order`` names its ``init`` (a checkpoint dir or a stage name).
+A stage outside ``order`` names its ``init`` (a checkpoint dir or a stage name). A stage reads the
+difficulty-filtered copy of each set the filter measured (:func:`stages.datasets.resolve_datasets`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.base import StageConfig, StageResult, build_runner
+from stages.datasets import resolve_datasets
 from validators.verifiers.sandbox import require_from_params
 
 
@@ -64,7 +66,7 @@ def train(stage: str, params: dict[str, Any], restart: bool = False) -> StageRes
         shutil.rmtree(runner.cfg.state_dir, ignore_errors=True)
     if not runner.cfg.enabled:
         return pass_through(runner.cfg, init)
-    return runner.run([Path(d) for d in settings["datasets"]], init)
+    return runner.run(resolve_datasets(settings["datasets"]), init)
 
 
 def pass_through(cfg: StageConfig, init: Path) -> StageResult:

@@ -347,6 +347,19 @@ def neutral_generation_config(model: torch.nn.Module) -> Iterator[None]:
         model.generation_config = shipped
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` torch intra-op threads, then restore the previous count
+    (``None``: leave it). On shared cores 1 thread avoids OpenMP spin-waiting (see params.yaml)."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def hf_engine(model: torch.nn.Module, tokenizer: Any, sampling: SamplingConfig,
               model_path: str | None = None) -> HFRolloutEngine:
     """Entry point ``hf`` of ``cascade_rl.rollout_engines``: transformers ``generate`` on ``model``."""

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Self
 
@@ -29,6 +28,7 @@ from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import load_checkpoint, write_record
 from stages.metrics import MetricsLog
+from stages.rollout import torch_threads
 from stages.state import fingerprint, latest_state, rng_file, save_state, set_rng_state
 from stages.train_engine import in_precision, make_train_engine
 
@@ -67,19 +67,6 @@ class BatchCycle:
         batch = [self.items[(self.position + i) % len(self.items)] for i in range(self.size)]
         self.position += self.size
         return batch
-
-
-@contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run the block with ``threads`` torch intra-op threads, then restore the previous count
-    (``None``: leave it). On shared cores 1 thread avoids OpenMP spin-waiting (see params.yaml)."""
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _qualname(value: Any) -> str:

@@ -33,7 +33,7 @@ EXPECTED: dict[str, tuple[int, int, dict[str, int]]] = {
     "math_solutions": (5000, 5000, {}),
     "mbpp_solutions": (500, 500, {}),
     "math_problems": (5000, 5000, {}),
-    "reasoning_gym_math": (1, 1200, {}),  # one generator record -> 6 x 200 rows
+    "reasoning_gym_math": (1, 1000, {}),  # one generator record -> 5 x 200 rows
     "mbpp_problems": (500, 500, {}),
     "ifbench_prompts": (294, 294, {}),
     "arc": (3548, 3548, {}),  # challenge 1172 + easy 2376
@@ -144,13 +144,15 @@ def test_math_rows(ingested):
     assert _meta(m500)["normalized_answer"] == "\\le(3,\\frac{\\pi}{2}\\right)"  # oe-eval's damaged value
     assert _meta(m500)["level"] == 2 and "\\boxed{}" in _prompt(m500)
     algebra = _rows(ingested, "math_problems")[0]
-    assert _meta(algebra) == {"level": 3, "type": "Algebra", "index": 0, "normalized_answer": "2",
-                              "question": "How many vertical asymptotes does the graph of $y=\\frac{2}{x^2+x-6}$ have?"}
-    assert json.loads(algebra["ground_truth"]) == {"answer": "2"}
     sol = _rows(ingested, "math_solutions")[0]
     assert sol["messages"][1]["content"].endswith("the graph has $\\boxed{2}$ vertical asymptotes.")
+    assert _meta(algebra) == {"level": 3, "type": "Algebra", "index": 0, "normalized_answer": "2",
+                              "question": "How many vertical asymptotes does the graph of $y=\\frac{2}{x^2+x-6}$ have?",
+                              "solution": sol["messages"][1]["content"]}  # indexed by decontamination
+    assert json.loads(algebra["ground_truth"]) == {"answer": "2"}
     gsm = _rows(ingested, "gsm8k")[0]
     assert json.loads(gsm["ground_truth"]) == {"answer": "18"} and "Janet" in _prompt(gsm)
+    assert _meta(gsm)["solution"].endswith("every day at the farmer’s market.\n#### 18")
 
 
 def test_reasoning_gym_rows_rebuild_from_ground_truth(ingested):
@@ -158,7 +160,7 @@ def test_reasoning_gym_rows_rebuild_from_ground_truth(ingested):
 
     rows = _rows(ingested, "reasoning_gym_math")
     assert Counter(_meta(r)["generator"] for r in rows) == {g: 200 for g in (
-        "gsm_symbolic", "basic_arithmetic", "fraction_simplification", "prime_factorization",
+        "basic_arithmetic", "fraction_simplification", "prime_factorization",
         "simple_equations", "polynomial_equations")}
     gt = json.loads(rows[205]["ground_truth"])
     item = reasoning_gym.create_dataset(gt["generator"], size=200, seed=gt["seed"])[gt["index"]]

@@ -1,8 +1,17 @@
 from dataclasses import dataclass
 
+import polars as pl
 import pytest
 
-from curation.difficulty import apply_pass_rates, cache_key, load_cache, measure
+from curation.build import draw_mix
+from curation.difficulty import (
+    apply_pass_rates,
+    cache_key,
+    filter_mix,
+    load_cache,
+    measure,
+    split_for_measurement,
+)
 from tests.handed import handed_case
 from tests.rows import rl_table
 
@@ -104,3 +113,27 @@ def test_cached_generations_are_graded_again_by_the_current_verifier(tmp_path):
     assert stats["generated_rows"] == 0
     assert again["pass_rate_passed"].to_list() == [1, 1] and again["rewards"].to_list() == [[1.0, 0.0]] * 2
     assert again["uuid"].to_list() == first["uuid"].to_list()
+
+
+def test_rows_are_measured_in_the_order_the_mixes_draw_them():
+    """A budget of k rows measures the first k rows a stage mix draws from the domain (build's seeded
+    rank), so a 10-row mix of a 200-row domain gets all its measured rows."""
+    domain = rl_table([f"problem {i}" for i in range(200)], prefix="m")
+    mix, _ = draw_mix({"rl/math": {"train": domain, "validation": domain.head(0)}}, {"math": 1.0}, 10, seed=42)
+    todo, skipped = split_for_measurement(domain, max_prompt_chars=1200, max_rows=5, seed=42)
+    assert todo["uuid"].to_list() == mix["train"]["uuid"].head(5).to_list()
+    assert len(skipped) == 195 and set(skipped["uuid"]).isdisjoint(todo["uuid"])
+    long = rl_table(["x" * 1201, "short"])  # longer than max_prompt_chars: never measured
+    assert split_for_measurement(long, 1200, 5, 42)[0]["uuid"].to_list() == ["b1"]
+
+
+def test_a_mix_keeps_the_rows_its_domains_kept_and_passes_unmeasured_domains():
+    math = rl_table(["1+1", "2+2", "3+3"], prefix="m")
+    tools = rl_table(["call f"], prefix="t", domain=["tool_calling"], agent_ref=["tool_call"])
+    results = pl.DataFrame({"uuid": ["m0", "m1", "m2"], "pass_rate_total": [4, 4, 4], "pass_rate_passed": [4, 2, 0]})
+    kept_math, dropped = apply_pass_rates(math, results, 0.0, 1.0)
+    mix = pl.concat([tools, math.reverse()])  # build's order: domain blocks
+    kept, unmeasured = filter_mix(mix, kept_math, ["math", "code"])
+    assert kept["uuid"].to_list() == ["t0", "m1"] and unmeasured == ["tool_calling"]
+    assert kept["pass_rate"].to_list() == [None, 0.5] and kept.columns == mix.columns
+    assert sorted(dropped["reason"]) == ["too_easy: 4/4", "too_hard: 0/4"]

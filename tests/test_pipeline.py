@@ -67,6 +67,8 @@ def test_repro_writes_every_step_with_balanced_counts(repo_copy):
     synth = json.loads((dst / "metrics" / "synthesize.json").read_text())
     assert synth["prompts"] == 4 and synth["rows_in"] == 8  # 2 domains x 2 prompts x k=2 responses
     assert synth["teacher"] == "tiny-teacher"
+    dedup = json.loads((dst / "metrics" / "dedup.json").read_text())  # the synthesized SFT rows are deduplicated too
+    assert dedup["per_table"]["sft"]["rows_in"] == ingest["rows_out_by_table"]["sft"] + synth["rows_out"]
 
 
 def test_math500_problems_are_removed_from_math_train_by_decontamination(repo_copy):
@@ -77,6 +79,9 @@ def test_math500_problems_are_removed_from_math_train_by_decontamination(repo_co
     assert m["per_table"]["sft"]["contaminated_by_benchmark"]["math500"] >= 500
     rejects = pq.read_table(dst / "rejects" / "decontaminate.parquet").to_pylist()
     assert all(r["reason"].startswith("contaminated: ") for r in rejects)
+    # the SFT rows' assistant turns are MATH's reference solutions: matched on the answer side too
+    report = json.loads((dst / "metrics" / "decontamination.json").read_text())["benchmarks"]["math500"]
+    assert report["rows"]["prompt"] >= 1000 and report["rows"]["answer"] >= 490
 
 
 def test_every_exported_config_loads(repo_copy):

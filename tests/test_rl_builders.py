@@ -1,11 +1,15 @@
 import json
 import random
+import re
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
+import yaml
 
 from common.io import Rejects
+from common.text import normalize
 from corpora.registry import SourceSpec, load_registry
 from corpora.rl.if_constraints import (
     CONFLICTS,
@@ -14,10 +18,14 @@ from corpora.rl.if_constraints import (
     compatible,
     compose,
 )
-from corpora.rl.long_context import fill_haystack, make_task
+from corpora.rl.long_context import draw_haystacks, make_task
+from corpora.schema import SCHEMAS
 from curation.build import draw_mix
-from curation.ingest import ingest_source
+from curation.dedup import run_dedup
+from curation.ingest import ingest_source, source_root
 from tests.rows import rl_table
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_compose_is_seeded_conflict_free_and_ifeval_shaped():
@@ -66,9 +74,12 @@ def test_needle_task_holds_one_needle_and_its_answer():
     assert holders == set(chain["answers"])
 
 
-def test_fill_haystack_stays_within_budget():
-    assert fill_haystack(["a", "b", "c"], [5, 5, 5], 11) == ["a", "b"]
-    assert fill_haystack(["a", "b"], [50, 5], 10) == ["a"]  # always at least one text
+def test_draw_haystacks_partitions_the_pool_and_reports_unfilled_budgets():
+    # largest budget first, first-fit in pool order; the 9-token budget cannot reach 90% from what is left
+    assert draw_haystacks([5, 5, 9, 5], [10, 10, 9]) == [[0, 1], [2], None]
+    assert draw_haystacks([5, 5, 9, 5], [9, 10, 10]) == [None, [0, 1], [2]]
+    assert draw_haystacks([3, 50, 4, 2], [9]) == [[0, 2, 3]]  # a text longer than the room is skipped
+    assert draw_haystacks([50], [9]) == [None]
 
 
 def test_draw_mix_proportions_shortfall_and_errors():
@@ -136,3 +147,70 @@ def test_registry_rejects_derived_source_listed_before_its_seeds(tmp_path):
         load_registry(reg)
     with pytest.raises(ValueError, match="unknown sources"):
         load_registry(reg, options={"nope": {"count": 1}})
+
+
+_ITEM = re.compile(r"\n\n(?:The special magic number for [a-z]+-[a-z]+-\d{3} is: \d{7}\."
+                   r"|VAR [A-Z]{5} = (?:\d{5}|VAR [A-Z]{5}))(?=\n\n|$)")  # a needle, as make_task writes it
+
+
+@pytest.fixture(scope="module")
+def long_context_seeds(sources_cache, qwen3_tokenizer_dir):
+    """The registry's long-context source (tokenizer path made absolute) and its seed sources' real rows."""
+    spec = next(s for s in load_registry() if s.name == "long_context_tasks")
+    spec = spec.model_copy(update={"options": {**spec.options, "tokenizer": str(qwen3_tokenizer_dir)}})
+    seeds = {s.name: ingest_source(s, source_root(s, sources_cache), Rejects("t")).rows
+             for s in load_registry(only=spec.patterns)}
+    return spec, seeds
+
+
+@pytest.fixture(scope="module")
+def long_context_rows(long_context_seeds):
+    spec, seeds = long_context_seeds
+    rejects = Rejects("t")
+    rows = ingest_source(spec, Path("."), rejects, seeds).rows
+    assert len(rejects) == 0
+    return rows
+
+
+def test_default_long_context_tasks_survive_the_projects_near_dedup(long_context_rows, tmp_path):
+    meta = [json.loads(r["metadata"]) for r in long_context_rows]
+    assert sorted((m["target_tokens"], m["kind"]) for m in meta) == sorted(
+        (t, k) for t in (4096, 8192, 16384, 32768, 65536, 131072) for k in ("needle", "multi_hop") for _ in range(2))
+    assert all(0.9 * m["target_tokens"] <= m["prompt_tokens"] <= m["target_tokens"] for m in meta)
+    (tmp_path / "in").mkdir()
+    rl = pl.from_arrow(pa.Table.from_pylist(long_context_rows, schema=SCHEMAS["rl"]))
+    rl.write_parquet(tmp_path / "in" / "rl.parquet")
+    pl.from_arrow(SCHEMAS["sft"].empty_table()).write_parquet(tmp_path / "in" / "sft.parquet")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    m = run_dedup(params, {}, tmp_path / "in", tmp_path / "out", tmp_path / "sig", root=tmp_path)
+    assert (m["rows_in"], m["rows_out"], m["rejected_by_reason"]) == (24, 24, {})
+
+
+def test_long_context_haystacks_share_no_source_text(long_context_seeds, long_context_rows):
+    _, seeds = long_context_seeds
+    text = {r["uuid"]: "\n".join(m["content"] for m in (r.get("messages") or r["responses_create_params"]["input"]))
+            for rows in seeds.values() for r in rows}
+    norm = dict(zip(text, pl.select(normalize(pl.Series(list(text.values())))).to_series(), strict=True))
+    seen: dict[str, str] = {}  # normalized seed text -> the task holding it
+    for row in long_context_rows:
+        meta = json.loads(row["metadata"])
+        prompt = row["responses_create_params"]["input"][0]["content"]
+        # the prompt is exactly its seed texts, the needles and the question: nothing else
+        body, n_items = _ITEM.subn("", "\n\n" + prompt.rsplit("\n\n", 1)[0])
+        assert n_items == len(meta["depths"])
+        assert body == "\n\n" + "\n\n".join(text[u] for u in meta["seed_uuids"])
+        for u in meta["seed_uuids"]:
+            assert seen.setdefault(norm[u], row["uuid"]) == row["uuid"], f"seed {u} is in two haystacks"
+
+
+def test_long_context_shortfall_fails_naming_the_options(long_context_seeds):
+    spec, seeds = long_context_seeds
+    few = {"tooltalk_conversations": seeds["tooltalk_conversations"]}
+    small = spec.model_copy(update={"path": list(few), "options": {**spec.options, "lengths": [4096]}})
+    again = [ingest_source(small, Path("."), Rejects("t"), few).rows for _ in range(2)]
+    assert len(again[0]) == 4 and again[0] == again[1]  # seeded: the same tasks twice
+    rejects = Rejects("t")
+    short = small.model_copy(update={"options": {**small.options, "per_length": 20}})
+    assert ingest_source(short, Path("."), rejects, few).rows == []
+    [reason] = [r["reason"] for r in rejects.rows]
+    assert "options.lengths/per_length" in reason and "cannot be filled" in reason

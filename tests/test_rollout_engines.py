@@ -116,8 +116,10 @@ def test_hf_engine_seeded_samples_do_not_depend_on_the_batch(tok):
     tail = HFRolloutEngine(model, tok, sampling).generate(prompts[2:], n=3, seed=100 + 2 * 3)
     alone = HFRolloutEngine(model, tok, sampling.model_copy(update={"batch_size": 3})).generate(prompts, n=3, seed=100)
     assert tail.response_ids == whole.response_ids[6:] and alone.response_ids == whole.response_ids
+    # the same tokens; their log-probs agree to float32 rounding, which depends on the batch's matmul shapes
+    # (up to 7.2e-5 on a host whose BLAS blocks a 6-row batch otherwise than a 12-row one)
     torch.testing.assert_close(torch.tensor([v for r in tail.logprobs for v in r]),
-                               torch.tensor([v for r in whole.logprobs[6:] for v in r]), rtol=0, atol=1e-5)
+                               torch.tensor([v for r in whole.logprobs[6:] for v in r]), rtol=0, atol=2e-4)
     assert HFRolloutEngine(model, tok, sampling).generate(prompts, n=3, seed=101).response_ids != whole.response_ids
     assert len({tuple(r) for r in whole.response_ids}) > 6  # samples, not one greedy answer
 

@@ -51,6 +51,32 @@ def require(record: Any, *fields: str) -> list[Any]:
     return out
 
 
+def objects(value: Any, where: str) -> list[dict[str, Any]]:
+    """``value`` when it is a list of objects (turns, messages, function schemas).
+
+    Raises:
+        RecordError: ``<where>: expected a list of objects, got str`` or
+            ``<where>[2]: expected an object, got str``.
+    """
+    if not isinstance(value, list):
+        raise RecordError(f"{where}: expected a list of objects, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise RecordError(f"{where}[{i}]: expected an object, got {type(item).__name__}")
+    return value
+
+
+def strings(value: Any, where: str) -> list[str]:
+    """``value`` when it is a non-empty list of strings (test lists, option labels).
+
+    Raises:
+        RecordError: ``<where>: expected a non-empty list of strings``.
+    """
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise RecordError(f"{where}: expected a non-empty list of strings")
+    return value
+
+
 def text(value: Any, where: str) -> str:
     """``value`` as message text: a string, or the concatenated text parts of an
     OpenAI / Responses content list (``[{type: text|input_text|output_text, text}]``).

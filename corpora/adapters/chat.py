@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters._common import map_role, require, text, trim_trailing_user, user
+from corpora.adapters._common import map_role, objects, require, text, trim_trailing_user, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
 
@@ -61,7 +61,7 @@ def arena_hard_answer(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict
     """
     uid, model, msgs = require(raw, "uid", "model", "messages")
     messages = []
-    for i, m in enumerate(msgs):
+    for i, m in enumerate(objects(msgs, "messages")):
         role = map_role(m.get("role"), f"messages[{i}]")
         content = m.get("content")
         msg: dict[str, Any] = {"role": role}
@@ -91,7 +91,9 @@ def healthbench(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
     example_tags}`` -> RL row; the whole conversation is the input, the rubrics the ground truth."""
     prompt_id, prompt, rubrics = require(raw, "prompt_id", "prompt", "rubrics")
     messages = [{"role": map_role(m.get("role"), f"prompt[{i}]"),
-                 "content": text(m.get("content"), f"prompt[{i}].content")} for i, m in enumerate(prompt)]
+                 "content": text(m.get("content"), f"prompt[{i}].content")}
+                for i, m in enumerate(objects(prompt, "prompt"))]
+    rubrics = objects(rubrics, "rubrics")
     return {"responses_create_params": {"input": messages}, "agent_ref": "genrm",
             "ground_truth": {"rubrics": rubrics},
             "metadata": {"prompt_id": prompt_id, "example_tags": raw.get("example_tags", [])}}
@@ -111,6 +113,8 @@ def mtbench(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]
         "responses_create_params": {"input": user(text(turns[0], "turns[0]"))}, "agent_ref": "genrm",
         "metadata": {"question_id": qid, "category": raw.get("category"), "turns": turns}}
     reference = raw.get("reference")
+    if reference is not None and not isinstance(reference, list):
+        raise RecordError(f"reference: expected a list (one per turn), got {type(reference).__name__}")
     if reference:
         row["ground_truth"] = {"reference": reference[0]}
         row["metadata"]["reference"] = reference

@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters._common import require, text, user
+from corpora.adapters._common import require, strings, text, user
 from corpora.registry import SourceSpec
-from corpora.schema import RecordError
 
 CODE_BLOCK_INSTRUCTION = "Write the solution as a self-contained Python script in a ```python code block."
 
@@ -22,9 +21,7 @@ def _lf(code: str) -> str:
 
 def _mbpp_fields(doc: dict[str, Any]) -> tuple[str, list[str]]:
     task, tests = require(doc, "text", "test_list")
-    if not isinstance(tests, list) or not tests:
-        raise RecordError("test_list: expected a non-empty list")
-    return text(task, "text"), tests
+    return text(task, "text"), strings(tests, "test_list")
 
 
 def mbpp_solution(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
@@ -62,6 +59,7 @@ def humaneval(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, An
     ``mode`` ``check_candidate``. The canonical solution stays in metadata.
     """
     task_id, prompt, entry, test = require(raw, "task_id", "prompt", "entry_point", "test")
+    prompt, entry, test = text(prompt, "prompt"), text(entry, "entry_point"), text(test, "test")
     content = (f"Complete the following Python function `{entry}`. Return the complete function "
                f"(signature included) in a ```python code block.\n\n```python\n{prompt.rstrip()}\n```")
     return {"responses_create_params": {"input": user(content)}, "agent_ref": "code",

@@ -14,10 +14,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
+from common.text import normalize
 from corpora.adapters._common import user
 from corpora.registry import SourceSpec
 from corpora.rl.if_constraints import INSTRUCTIONS, compose
-from corpora.rl.long_context import fill_haystack, make_task
+from corpora.rl.long_context import draw_haystacks, make_task
 from corpora.schema import RecordError, row_uuid
 
 
@@ -102,46 +105,67 @@ def structured_output(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list
     return out
 
 
+def _haystack_pool(seeds: dict[str, list[dict[str, Any]]], seed: int) -> list[tuple[dict[str, Any], str]]:
+    """(row, text) of every seed row with a distinct normalized text (the first in seeded
+    order), rows of all sources in one seeded order; the text is every turn, one per line."""
+    rows = _rank([r for rs in seeds.values() for r in rs], seed)
+    texts = ["\n".join(m["content"] for m in (r.get("messages") or r["responses_create_params"]["input"]))
+             for r in rows]
+    first = pl.select(normalize(pl.Series(texts, dtype=pl.Utf8)).is_first_distinct()).to_series().to_list()
+    return [(r, t) for r, t, keep in zip(rows, texts, first, strict=True) if keep]
+
+
 def long_context(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:
     """RULER-style needle and multi-hop retrieval tasks over haystacks of the seeds' text.
 
     Options: ``lengths`` (target prompt lengths in tokens), ``per_length`` (tasks
     per length and kind), ``kinds`` (``needle``, ``multi_hop``), ``seed``,
     ``tokenizer`` (an HF tokenizer directory; lengths are measured with it). The
-    haystack is every turn of the seed rows, in seeded order, rotated per task.
-    The license of a task is the most restrictive of its haystack's if they
-    differ, recorded as ``mixed:<licenses>``.
+    pool is every seed row with a distinct text (all its turns), in one seeded
+    order; the tasks draw disjoint haystacks from it
+    (:func:`corpora.rl.long_context.draw_haystacks`), so no source text is in two
+    tasks and no two tasks near-duplicate each other. ``metadata.seed_uuids`` lists
+    a task's haystack rows. The license of a task is the most restrictive of its
+    haystack's if they differ, recorded as ``mixed:<licenses>``.
+
+    Raises:
+        RecordError: a missing option or tokenizer, no seed rows, or seeds too short
+            to give every task a disjoint haystack of at least 90% of its budget
+            (the message names ``lengths``/``per_length``, the tokens held and needed).
     """
     from transformers import AutoTokenizer
 
-    seed = int(_option(spec, "seed"))
+    seed, per_length = int(_option(spec, "seed")), int(_option(spec, "per_length"))
     tok_dir = Path(_option(spec, "tokenizer"))
     if not tok_dir.exists():
         raise RecordError(f"options.tokenizer: {tok_dir} not found (run `cascade fetch` first)")
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    docs = [(r, "\n".join(m["content"] for m in (r.get("messages") or r["responses_create_params"]["input"])))
-            for rows in raw["seeds"].values() for r in _rank(rows, seed)]
-    texts = [t for _, t in docs]
-    if not texts:
+    pool = _haystack_pool(raw["seeds"], seed)
+    if not pool:
         raise RecordError(f"seeds: the sources {spec.patterns} produced no rows to build haystacks from")
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    lengths = [len(ids) for ids in tokenizer([t for _, t in pool], add_special_tokens=False)["input_ids"]]
+    tasks = [(target, kind, i) for target in _option(spec, "lengths")
+             for kind in spec.options.get("kinds", ["needle", "multi_hop"]) for i in range(per_length)]
+    budgets = [int(target * 0.95) - 64 for target, _, _ in tasks]  # room for needles, question and chat template
+    haystacks = draw_haystacks(lengths, budgets)
+    short = [t for t, h in zip(tasks, haystacks, strict=True) if h is None]
+    if short:
+        raise RecordError(
+            f"options.lengths/per_length: the seeds {spec.patterns} hold {sum(lengths):,} tokens in {len(pool):,} "
+            f"distinct texts, too few for a disjoint haystack per task ({sum(budgets):,} tokens): {len(short)} of "
+            f"{len(tasks)} tasks cannot be filled (target tokens {sorted({t for t, _, _ in short})}); lower "
+            f"per_length or the longest lengths (params.yaml sources.options.{spec.name}) or add seed sources")
     rng = random.Random(seed)
     out = []
-    for target in _option(spec, "lengths"):
-        for kind in spec.options.get("kinds", ["needle", "multi_hop"]):
-            for i in range(int(_option(spec, "per_length"))):
-                start = rng.randrange(len(texts))
-                order = list(range(start, len(texts))) + list(range(start))
-                budget = int(target * 0.95) - 64  # room for needles, question and chat template
-                picked = fill_haystack([texts[j] for j in order], [lengths[j] for j in order], budget)
-                task = make_task(kind, picked, rng)
-                licenses = sorted({docs[j][0]["license"] for j in order[:len(picked)]})
-                measured = len(tokenizer(task["prompt"], add_special_tokens=False)["input_ids"])
-                out.append({"uuid": row_uuid(spec.name, f"{target}:{kind}:{i}"), "domain": "long_context",
-                            "responses_create_params": {"input": user(task["prompt"])}, "agent_ref": "long_context",
-                            "ground_truth": {"answers": task["answers"], "match": "all"},
-                            "license": licenses[0] if len(licenses) == 1 else "mixed:" + ",".join(licenses),
-                            "metadata": {"kind": kind, "target_tokens": target, "prompt_tokens": measured,
-                                         "depths": task["depths"], "haystack_docs": len(picked),
-                                         "tokenizer": tok_dir.name}})
+    for (target, kind, i), picked in zip(tasks, haystacks, strict=True):
+        task = make_task(kind, [pool[j][1] for j in picked], rng)
+        licenses = sorted({pool[j][0]["license"] for j in picked})
+        measured = len(tokenizer(task["prompt"], add_special_tokens=False)["input_ids"])
+        out.append({"uuid": row_uuid(spec.name, f"{target}:{kind}:{i}"), "domain": "long_context",
+                    "responses_create_params": {"input": user(task["prompt"])}, "agent_ref": "long_context",
+                    "ground_truth": {"answers": task["answers"], "match": "all"},
+                    "license": licenses[0] if len(licenses) == 1 else "mixed:" + ",".join(licenses),
+                    "metadata": {"kind": kind, "target_tokens": target, "prompt_tokens": measured,
+                                 "depths": task["depths"], "haystack_docs": len(picked),
+                                 "seed_uuids": [pool[j][0]["uuid"] for j in picked], "tokenizer": tok_dir.name}})
     return out

@@ -217,7 +217,7 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
     sampling = {k: jsonable(v) for k, v in rcp.items() if k not in ("input", "tools") and v is not None}
     used = {"uuid", "responses_create_params", "agent_ref", "instruction_id_list", "kwargs", "license",
             "pass_rate", "pass_rate_total", "pass_rate_passed", *GROUND_TRUTH_FIELDS}
-    if raw.get("prompt") == messages[-1]["content"]:  # IF-RL rows repeat the user turn as `prompt`
+    if messages and raw.get("prompt") == messages[-1]["content"]:  # IF-RL rows repeat the user turn as `prompt`
         used.add("prompt")
     metadata = {"upstream_uuid": raw.get("uuid"), "agent_ref": jsonable(_agent(agent)),
                 **_rest(raw, used), **notes}

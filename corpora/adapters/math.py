@@ -54,24 +54,27 @@ def math_problem(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
     oe-eval stores a Minerva-normalised answer that is damaged for ~10 % of
     items (``\\left(`` -> ``\\le(``, ``\\infty`` -> ``\\iny`` because the
     normaliser strips the unit "ft"; ``4x-5y=-50`` -> ``-50``). The doc's value is
-    kept as ``metadata.normalized_answer``.
+    kept as ``metadata.normalized_answer``, the reference solution as ``metadata.solution``
+    (decontamination indexes it).
     """
     problem, solution = require(raw, "problem", "solution")
-    answer = last_boxed(solution)
+    answer = last_boxed(text(solution, "solution"))
     if not answer:
         raise RecordError("solution: no \\boxed{} answer")
     return {"responses_create_params": {"input": user(math_prompt(text(problem, "problem")))},
             "agent_ref": "math", "ground_truth": {"answer": answer},
-            "metadata": {**_math_meta(raw), "normalized_answer": raw.get("answer"), "question": problem}}
+            "metadata": {**_math_meta(raw), "normalized_answer": raw.get("answer"), "question": problem,
+                         "solution": solution}}
 
 
 def gsm8k(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """oe-eval GSM8K doc ``{id, question, answer, short_answer}`` -> RL row;
-    ``ground_truth.answer`` is ``short_answer`` (the number after ``####``)."""
+    ``ground_truth.answer`` is ``short_answer`` (the number after ``####``), the worked
+    ``answer`` is kept as ``metadata.solution`` (decontamination indexes it)."""
     question, short = require(raw, "question", "short_answer")
     return {"responses_create_params": {"input": user(math_prompt(text(question, "question")))},
             "agent_ref": "math", "ground_truth": {"answer": str(short)},
-            "metadata": {"id": raw.get("id"), "question": question}}
+            "metadata": {"id": raw.get("id"), "question": question, "solution": raw.get("answer")}}
 
 
 def reasoning_gym(raw: dict[str, Any], spec: SourceSpec, root: Path) -> list[dict[str, Any]]:

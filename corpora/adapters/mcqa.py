@@ -11,7 +11,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from corpora.adapters._common import require, text, user
+from corpora.adapters._common import require, strings, text, user
 from corpora.registry import SourceSpec
 from corpora.schema import RecordError
 
@@ -79,7 +79,7 @@ def parse_query(query: str, labels: list[str]) -> tuple[str, list[str]]:
 
 def _query_item(raw: dict[str, Any]) -> tuple[str, list[str], Any]:
     query, labels, gold = require(raw, "query", "choices", "gold")
-    question, options = parse_query(text(query, "query"), labels)
+    question, options = parse_query(text(query, "query"), strings(labels, "choices"))
     return question, options, gold
 
 
@@ -103,6 +103,7 @@ def sciq(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     must equal ``correct_answer``, else RecordError.
     """
     question, correct = require(raw, "question", "correct_answer")
+    question, correct = text(question, "question"), text(correct, "correct_answer")
     _, options, gold = _query_item(raw)
     if isinstance(gold, int) and 0 <= gold < len(options) and options[gold].strip() != correct.strip():
         raise RecordError(f"gold: option {gold} is {options[gold]!r}, correct_answer is {correct!r}")
@@ -113,7 +114,7 @@ def medmcqa(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]
     """oe-eval MedMCQA doc ``{id, question, opa, opb, opc, opd, cop, subject_name, topic_name}``;
     ``cop`` is the 0-based gold index (this is the validation split: the test split has no answers)."""
     question, a, b, c, d, cop = require(raw, "question", "opa", "opb", "opc", "opd", "cop")
-    return mcq_row(question, [a, b, c, d], cop, raw.get("id"),
+    return mcq_row(text(question, "question"), [a, b, c, d], cop, raw.get("id"),
                    subject=raw.get("subject_name"), topic=raw.get("topic_name"))
 
 
@@ -121,4 +122,6 @@ def mmlu(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """MMLU (``hails/mmlu_no_train`` saved to disk) ``{question, subject, choices, answer}``;
     ``answer`` is the 0-based gold index. MMLU has no item id (``metadata.id`` is null)."""
     question, subject, choices, answer = require(raw, "question", "subject", "choices", "answer")
-    return mcq_row(question, list(choices), answer, None, subject=subject)
+    if not isinstance(choices, list):
+        raise RecordError(f"choices: expected a list, got {type(choices).__name__}")
+    return mcq_row(text(question, "question"), choices, answer, None, subject=subject)

@@ -16,6 +16,7 @@ from typing import Any
 from corpora.adapters._common import (
     json_value,
     map_role,
+    objects,
     require,
     text,
     trim_trailing_user,
@@ -142,11 +143,15 @@ def tooltalk(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any
     says so. Trailing user turns ("Thanks!") are trimmed and counted.
     """
     conv, apis_used, meta = require(raw, "conversation", "apis_used", "metadata")
+    if not isinstance(meta, dict):
+        raise RecordError(f"metadata: expected an object, got {type(meta).__name__}")
+    if not isinstance(apis_used, list) or not all(isinstance(a, str) for a in apis_used):
+        raise RecordError("apis_used: expected a list of API names")
     messages: list[dict[str, Any]] = [{"role": "system", "content": TOOLTALK_SYSTEM.format(
         location=meta.get("location"), timestamp=meta.get("timestamp"), username=meta.get("username"))}]
-    for t, turn in enumerate(conv):
+    for t, turn in enumerate(objects(conv, "conversation")):
         role = map_role(turn.get("role"), f"conversation[{t}]")
-        for k, call in enumerate(turn.get("apis") or []):
+        for k, call in enumerate(objects(turn.get("apis") or [], f"conversation[{t}].apis")):
             if role != "assistant":
                 raise RecordError(f"conversation[{t}].apis: API calls on a {role!r} turn")
             req = call.get("request") or {}
@@ -230,11 +235,13 @@ def bfcl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     BFCL writes them (some contain dots).
     """
     rid, question, functions = require(raw, "id", "question", "function")
+    rid = text(rid, "id")
     if not isinstance(question, list) or len(question) != 1:
         raise RecordError(f"question: {len(question) if isinstance(question, list) else '?'} turns; "
                           "only single-turn BFCL rows are supported")
     messages = [{"role": map_role(m.get("role"), f"question[0][{i}]"),
-                 "content": text(m.get("content"), f"question[0][{i}].content")} for i, m in enumerate(question[0])]
+                 "content": text(m.get("content"), f"question[0][{i}].content")}
+                for i, m in enumerate(objects(question[0], "question[0]"))]
     category = rid.rsplit("_", 1)[0]
     answers_path = root / spec.options.get("answers_dir", "") / f"BFCL_v4_{category}.json"
     if answers_path.is_file():
@@ -247,7 +254,7 @@ def bfcl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     else:
         raise RecordError(f"id: no possible-answer file {answers_path} for category {category!r}")
     tools = [{"type": "function", "function": {**fn, "parameters": bfcl_schema(fn.get("parameters", {}))}}
-             for fn in functions]
+             for fn in objects(functions, "function")]
     return {"responses_create_params": {"input": messages, "tools": openai_tools(tools)},
             "agent_ref": "tool_call", "ground_truth": {"calls": calls},
             "metadata": {"id": rid, "category": category}}

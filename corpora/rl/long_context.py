@@ -9,13 +9,16 @@ Task kinds:
   ... scattered through the haystack; the answers are every variable that ends up
   holding the value (RULER variable tracking).
 
-Lengths are measured in tokens of the given tokenizer on the final prompt.
+Lengths are measured in tokens of the given tokenizer on the final prompt. The
+haystacks of a set of tasks are disjoint (:func:`draw_haystacks`): no text is in
+two tasks, so no two tasks near-duplicate each other.
 """
 
 from __future__ import annotations
 
 import random
 import string
+from collections.abc import Sequence
 from typing import Any
 
 _QUESTION = {
@@ -68,12 +71,34 @@ def make_task(kind: str, haystack: list[str], rng: random.Random, hops: int = 3)
     return {"prompt": f"{text}\n\n{question}", "answers": answers, "depths": depths, "kind": kind}
 
 
-def fill_haystack(texts: list[str], lengths: list[int], target: int) -> list[str]:
-    """The texts, cycled in order from a rotating start, whose token ``lengths`` add up
-    to at most ``target`` (at least one text)."""
-    out, total, i = [], 0, 0
-    while i < len(texts) and (not out or total + lengths[i] <= target):
-        out.append(texts[i])
-        total += lengths[i]
-        i += 1
+def draw_haystacks(lengths: Sequence[int], budgets: Sequence[int], min_fill: float = 0.9) -> list[list[int] | None]:
+    """Disjoint haystacks, one per budget: a partition of the pool, in its order, without replacement.
+
+    Args:
+        lengths: tokens of each pool text, in the pool's (seeded) order.
+        budgets: tokens each haystack may hold.
+        min_fill: share of its budget a haystack must reach to count as filled.
+
+    Returns:
+        For each budget, the pool indices of its texts in pool order, or ``None``
+        when the texts left cannot fill it to ``min_fill`` (those texts stay in the
+        pool). Budgets are served largest first; each takes, first-fit in pool
+        order, every unused text that still fits its remaining room, so no text is
+        in two haystacks and a text longer than every budget is never used.
+
+    >>> draw_haystacks([5, 5, 9, 5], [10, 10, 9])  # the third cannot reach 0.9 x 9 tokens
+    [[0, 1], [2], None]
+    """
+    free = list(range(len(lengths)))
+    out: list[list[int] | None] = [None] * len(budgets)
+    for b in sorted(range(len(budgets)), key=lambda b: -budgets[b]):
+        room, picked = budgets[b], []
+        for j in free:
+            if lengths[j] <= room:
+                picked.append(j)
+                room -= lengths[j]
+        if budgets[b] - room >= min_fill * budgets[b]:
+            out[b] = picked
+            taken = set(picked)
+            free = [j for j in free if j not in taken]
     return out
