@@ -90,17 +90,21 @@ def build_index(bench: pl.DataFrame, ngrams: list[int]) -> NgramIndex:
 
     Questions shorter than ``max(ngrams)`` tokens are also indexed whole (exact match); solutions
     that short (HumanEval's ``return number % 1.0``, Euclid's ``while b: a, b = b, a % b``) are not
-    indexed at all: a textbook line identifies no item.
+    indexed at all: a textbook line identifies no item. Nor is an n-gram of one-character tokens
+    only (``0 1 2 3 4 5 6 7 8 9 a b c``, ``x 8 x 7 x 6 ...``): enumerations and variable lists occur
+    in any code or algebra.
     """
     ngrams = sorted({int(n) for n in ngrams})
     items = benchmark_fields(bench).with_row_index("item").with_columns(pl.col("item").cast(pl.Int64))
     tok = tokenize(items["text"])
     question = (items["field"] == "question").to_numpy()
     indexed = question | (tok.counts >= max(ngrams))
+    singles = np.concatenate([[0], np.cumsum((tok.ends - tok.starts) == 1)])  # one-byte tokens up to each token
     grams = []
     for n in ngrams:
         h, doc, pos = window_hashes(tok, n)
-        keep = indexed[doc]
+        first = tok.offsets[doc] + pos
+        keep = indexed[doc] & (singles[first + n] - singles[first] < n)
         grams.append(pl.DataFrame({"n": np.full(int(keep.sum()), n, np.uint8), "h": h[keep], "item": doc[keep],
                                    "pos": pos[keep].astype(np.int32)}))
     short = (tok.counts < max(ngrams)) & (tok.counts > 0) & question

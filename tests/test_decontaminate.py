@@ -317,3 +317,16 @@ def test_a_canonical_solution_shorter_than_the_longest_ngram_is_not_indexed():
     train = sft_table(["lcm of a list"], messages=[[{"role": "user", "content": "lcm of a list"}, {
         "role": "assistant", "content": "def gcd(a, b):\n" + gcd + "\ndef lcm(nums):\n    ..."}]])
     assert decontaminate(train, "sft", index, 50, {8: 0.5, 13: 0.0}, stock_doc_freq=1)[1].is_empty()
+
+
+def test_ngrams_of_one_character_tokens_are_not_indexed():
+    # HumanEval/78's docstring lists the hex digits; a Rails model lists the same alphabet (a real ShareGPT row)
+    hex_key = ("You have been tasked to write a function that receives a hexadecimal number as a string and counts "
+               "the number of hexadecimal digits that are primes. Hexadecimal digits are 0, 1, 2, 3, 4, 5, 6, 7, 8, "
+               "9, A, B, C, D, E, F.")
+    index = build_index(_bench([hex_key], source="humaneval"), [8, 13])
+    ruby = "class Report < ApplicationRecord\n  PUBLIC_ID_CHARS = %w[0 1 2 3 4 5 6 7 8 9 a b c d e f g h].freeze\nend"
+    copied = "Please solve: " + hex_key
+    _, dirty, _, _ = decontaminate(sft_table([ruby, copied]), "sft", index, 50, {8: 0.5, 13: 0.0}, stock_doc_freq=1)
+    assert dirty["uuid"].to_list() == ["s1"]
+    assert len(index.grams.filter(pl.col("n") == 13)) == 45 - 12 - 4  # 45 words; 4 windows inside "0 1 ... e f"
