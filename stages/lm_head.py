@@ -27,7 +27,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 logits = (hidden[s:s + chunk].to(dtype) @ w.T).float() / temperature
                 lse = logits.logsumexp(-1)
                 out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - lse
-            if hidden.shape[0] <= chunk and any(ctx.needs_input_grad[:2]):
+            if 0 < hidden.shape[0] <= chunk and any(ctx.needs_input_grad[:2]):
                 # one chunk: keep its softmax (the chunk x V the forward held anyway) instead of recomputing
                 # the logits in the backward (one [N, H] x [H, V] matmul fewer)
                 ctx.probs = logits.sub_(lse[:, None]).exp_()

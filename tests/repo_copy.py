@@ -29,8 +29,9 @@ def run_checked(args: list[str], cwd: Path, env: dict[str, str]) -> str:
 
 def cascade_copy(dst: Path) -> tuple[dict[str, str], list[str]]:
     """A copy of the repository in ``dst`` ready to ``dvc repro`` the training stages: the built sets,
-    assets and packs copied in (the packs built there by ``tokenize``/``pack`` when the repository has
-    none), a git repo, an offline environment. Returns (env, the ``dvc`` command).
+    assets, packs and difficulty-filtered sets copied in (the packs built there by ``tokenize``/``pack``,
+    the filtered sets by ``difficulty``, when the repository has none), a git repo, an offline
+    environment. Returns (env, the ``dvc`` command).
 
     Raises:
         AssertionError: the repository has no built sets (``dvc repro build``)."""
@@ -40,13 +41,18 @@ def cascade_copy(dst: Path) -> tuple[dict[str, str], list[str]]:
     missing = [d for d in ("data/sets/rl", "data/sets/sft") if not (REPO / d).exists()]
     assert not missing, f"{missing} missing: run `dvc repro build` first"
     copy_repo(dst)
-    for d in ("data/sets", "data/assets", "data/packed"):
+    for d in ("data/sets", "data/assets", "data/packed", "data/filtered"):
         if (REPO / d).exists():
             shutil.copytree(REPO / d, dst / d)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1"}
     run_checked(["git", "init", "-q"], dst, env)
+    # a first commit, as in a user's clone: dvclive (stages/metrics.py) reads the HEAD revision
+    run_checked(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "copy"],
+                dst, env)
     dvc = [sys.executable, "-m", "dvc"]
     if not (dst / "data/packed").exists():
         run_checked([*dvc, "repro", "--single-item", "tokenize", "pack"], dst, env)
+    if not (dst / "data/filtered").exists():  # the RL stages read it (stages/datasets.py)
+        run_checked([*dvc, "repro", "--single-item", "difficulty"], dst, env)
     return env, dvc

@@ -40,7 +40,8 @@ def test_the_whole_cascade_runs_in_the_papers_order(cascade):
         assert f"Running stage '{stage}'" in out
     record = read_record(dst / "data/checkpoints/code_rl")
     assert record["lineage"] == order
-    assert set(record["parent_datasets"]) >= {"data/packed", "data/sets/rl/mopd", "data/sets/rl/rlhf",
+    # mopd reads the difficulty-filtered mix; rlhf and long_context_rl read full sets the filter does not measure
+    assert set(record["parent_datasets"]) >= {"data/packed", "data/filtered/rl/mopd", "data/sets/rl/rlhf",
                                               "data/sets/rl/long_context"}
     mopd = read_record(dst / "data/checkpoints/mopd")
     assert set(mopd["teachers"]) == {"math", "instruction_following", "tool_calling", "stem_mcqa",

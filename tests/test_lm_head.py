@@ -36,6 +36,18 @@ def test_chunked_logprobs_equal_the_full_logits_in_value_and_gradients(chunk):
         chunked_logprobs(hidden, weight, targets, 0)
 
 
+def test_no_rows_give_no_logprobs_and_zero_gradients():
+    # an SFT validation window whose tokens are all unsupervised reaches the head with no row
+    weight = torch.randn(50, 16, requires_grad=True)
+    hidden = torch.zeros(0, 16, requires_grad=True)
+    out = chunked_logprobs(hidden, weight, torch.zeros(0, dtype=torch.long), 8)
+    assert out.shape == (0,)
+    (grad,) = torch.autograd.grad(out.sum(), (weight,))
+    assert torch.equal(grad, torch.zeros_like(weight))
+    with torch.no_grad():
+        assert chunked_logprobs(hidden, weight, torch.zeros(0, dtype=torch.long), 8).shape == (0,)
+
+
 def test_packed_sft_nll_equals_the_loss_on_full_logits_with_a_tied_head():
     """Value and every parameter's gradient (the tied embedding gets the head's share too)."""
     model = tiny_llama(64, tie_word_embeddings=True)

@@ -35,8 +35,11 @@ def test_cascade_writes_checkpoints_with_lineage_and_per_domain_metrics(cascade_
         assert f"Running stage '{stage}'" in out
     record = read_record(dst / "data/checkpoints/multidomain_rl")
     assert record["lineage"] == CASCADE
-    assert set(record["parent_datasets"]) == {"data/packed", "data/sets/rl/instruction_following"}
-    assert record["datasets"]["data/sets/rl/multi_domain"].startswith("md5:")
+    # the RL stages read the difficulty-filtered sets (copied in, or built by `difficulty` in the copy)
+    assert set(record["parent_datasets"]) == {"data/packed", "data/filtered/rl/instruction_following"}
+    assert record["datasets"]["data/filtered/rl/multi_domain"].startswith("md5:")
+    applied = record["difficulty_filter"]["data/filtered/rl/multi_domain"]
+    assert applied["difficulty_filter"] == "applied" and applied["full_set"] == "data/sets/rl/multi_domain"
     for stage in CASCADE:
         summary = json.loads((dst / "metrics/train" / f"{stage}.json").read_text())
         assert summary["steps"] >= 1 and not any(k.endswith("_s") for k in summary["final"])  # no timings
