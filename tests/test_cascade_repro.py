@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 import yaml
 
@@ -44,8 +45,10 @@ def test_the_whole_cascade_runs_in_the_papers_order(cascade):
     assert set(record["parent_datasets"]) >= {"data/packed", "data/filtered/rl/mopd", "data/sets/rl/rlhf",
                                               "data/sets/rl/long_context"}
     mopd = read_record(dst / "data/checkpoints/mopd")
-    assert set(mopd["teachers"]) == {"math", "instruction_following", "tool_calling", "stem_mcqa",
-                                     "structured_output"}
+    # a teacher per domain of the difficulty-filtered MOPD mix (SmolLM2 scores all or nothing on tool calling and
+    # structured output, so the filter keeps none of those rows on a laptop budget)
+    mixed = set(pl.read_parquet(dst / "data/filtered/rl/mopd/train.parquet")["domain"])
+    assert set(mopd["teachers"]) == mixed and {"math", "instruction_following", "stem_mcqa"} <= mixed
     assert all(Path(p).parent == Path("data/checkpoints") and Path(p).name in order[:3]
                for p in mopd["teachers"].values())
     summary = json.loads((dst / "metrics/train/mopd.json").read_text())
