@@ -99,7 +99,7 @@ def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
-    """Build the hashed word n-gram index of every benchmark source (question and answer fields)."""
+    """Build the hashed word n-gram index of every benchmark source (questions and reference solutions)."""
     from curation.ngram_index import build_index, write_index
 
     index = build_index(_load(INGESTED / "benchmarks.parquet"), params["decontaminate"]["ngrams"])
