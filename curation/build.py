@@ -28,16 +28,16 @@ def _rank(df: pl.DataFrame, seed: int) -> pl.DataFrame:
 
 
 def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
-                seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+                seed: int, max_fraction: float = 0.1) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Split one group into (train, validation, capped) by the seeded rank.
 
-    ``validation_rows`` is capped at a tenth of the group so small groups keep
-    most rows for training. ``max_rows`` bounds train + validation.
+    ``validation_rows`` is capped at ``max_fraction`` of the group (a tenth by default) so small
+    groups keep most rows for training. ``max_rows`` bounds train + validation.
     """
     ranked = _rank(df, seed)
     keep = ranked if max_rows is None else ranked.head(max_rows)
     capped = ranked.slice(len(keep)).drop("_rank")
-    n_val = min(validation_rows, len(keep) // 10)
+    n_val = min(validation_rows, int(len(keep) * max_fraction))
     return keep.slice(n_val).drop("_rank"), keep.head(n_val).drop("_rank"), capped
 
 
@@ -48,7 +48,8 @@ def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
     Args:
         sft, rl: decontaminated canonical tables, with or without the ``_rank`` column of
             :func:`rank_batch` (the executor's map computes it; the same value is computed here if absent).
-        params: ``seed``, ``sft_validation_rows``, ``rl_validation_rows``,
+        params: ``seed``, ``sft_validation_rows``, ``rl_validation_rows`` (at most
+            ``rl_validation_fraction`` of a domain, default 0.1),
             ``sft_max_rows_per_source`` {source: cap}, ``rl_max_rows_per_domain``
             {domain: cap}.
 
@@ -61,8 +62,8 @@ def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
     sets: dict[str, dict[str, list[pl.DataFrame]]] = {}
     capped: list[pl.DataFrame] = []
 
-    def add(name: str, group: pl.DataFrame, val_rows: int, cap: int | None) -> None:
-        train, val, cut = split_group(group, val_rows, cap, seed)
+    def add(name: str, group: pl.DataFrame, val_rows: int, cap: int | None, fraction: float = 0.1) -> None:
+        train, val, cut = split_group(group, val_rows, cap, seed, fraction)
         parts = sets.setdefault(name, {"train": [], "validation": []})
         parts["train"].append(train)
         parts["validation"].append(val)
@@ -73,7 +74,8 @@ def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
         add("sft", group, int(params["sft_validation_rows"]), sft_caps.get(source))
     rl_caps = params.get("rl_max_rows_per_domain") or {}
     for (domain,), group in rl.sort("domain", maintain_order=True).group_by("domain", maintain_order=True):
-        add(f"rl/{domain}", group, int(params["rl_validation_rows"]), rl_caps.get(domain))
+        add(f"rl/{domain}", group, int(params["rl_validation_rows"]), rl_caps.get(domain),
+            float(params.get("rl_validation_fraction", 0.1)))
 
     out = {name: {split: pl.concat(frames) for split, frames in parts.items()} for name, parts in sets.items()}
     stats = {name: {split: len(df) for split, df in splits.items()} for name, splits in out.items()}

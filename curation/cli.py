@@ -89,8 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("stage")
     tr.add_argument("--restart", action="store_true",
                     help="delete the stage's training states first (start over instead of resuming)")
-    sub.add_parser("report", help="per-domain metrics across the cascade's stages (stages/report.py)")
+    rep = sub.add_parser("report", help="per-domain metrics across the cascade's stages (stages/report.py)")
+    rep.add_argument("--docs", metavar="DIR", help="also write report.json (documented schema), report.md and "
+                     "report.png into DIR (e.g. docs/learning)")
+    rep.add_argument("--wall-s", type=float, help="the run's wall time in seconds, recorded in DIR/report.json")
     sub.add_parser("stages", help="list the stage runners, their config fields with defaults, and params' stages")
+    pre = sub.add_parser("preset", help="print a params preset as dvc exp run -S overrides, one per line "
+                         "(curation/presets.py)")
+    pre.add_argument("file", help="preset YAML, e.g. presets/learning.yaml")
     from stages.solve import add_arguments as solve_arguments
 
     solve_arguments(sub.add_parser("solve", help="test-time generate-verify-refine on an RL set (stages/solve.py)"))
@@ -100,6 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         from stages.solve import main as solve_main
 
         return solve_main(args)
+    if args.command == "preset":
+        from curation.presets import preset_overrides
+
+        try:
+            print("\n".join(preset_overrides(args.file, args.params)))
+        except (FileNotFoundError, ValueError, TypeError) as exc:
+            print(f"cascade preset: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "stages":
         from stages.cli import describe_stages
 
@@ -114,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = run_step(name, load_params(args.params),
                               (lambda p: train(args.stage, p, restart=args.restart)) if args.command == "train"
-                              else run_report)
+                              else (lambda p: run_report(p, args.docs, args.wall_s)))
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
             print(f"cascade {name}: error: {exc}", file=sys.stderr)
             return 1

@@ -239,6 +239,22 @@ def prompt_chars() -> pl.Expr:
             .list.eval(pl.element().struct.field("content").str.len_chars()).list.sum())
 
 
+def rows_to_measure(p: dict[str, Any], name: str) -> int:
+    """The row budget of set ``name``: ``difficulty.max_rows_per_set``, one number for every set or
+    ``{set: rows}``.
+
+    Raises:
+        ValueError: a ``{set: rows}`` budget without ``name`` (names the params key).
+    """
+    budget = p["max_rows_per_set"]
+    if not isinstance(budget, dict):
+        return int(budget)
+    if name not in budget:
+        raise ValueError(f"params difficulty.max_rows_per_set has no budget for set {name!r} (it lists "
+                         f"{sorted(budget)}): give every set of difficulty.sets a row count")
+    return int(budget[name])
+
+
 def split_for_measurement(train: pl.DataFrame, max_prompt_chars: int, max_rows: int, seed: int
                           ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(todo, skipped)``: the first ``max_rows`` rows of ``train`` among those whose prompt has at

@@ -99,6 +99,7 @@ class BuildParams(Block):
     seed: int = 42
     sft_validation_rows: int = Field(64, ge=0)
     rl_validation_rows: int = Field(64, ge=0)
+    rl_validation_fraction: float = Field(0.1, gt=0.0, le=0.5)  # RL validation rows are at most this share of a domain
     sft_max_rows_per_source: dict[str, int] = {}
     rl_max_rows_per_domain: dict[str, int] = {}
     mixes: dict[str, MixParams] = {}
@@ -140,7 +141,7 @@ class SynthesizeParams(SamplingParams):
 class DifficultyParams(SamplingParams):
     model: str
     sets: list[str]
-    max_rows_per_set: int = Field(ge=0)
+    max_rows_per_set: int | dict[str, int] = Field()  # rows measured per set, or {set: rows} for each set
     n: int = Field(ge=1)
     min: float = Fraction
     max: float = Fraction

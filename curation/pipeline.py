@@ -202,6 +202,7 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
         measure,
         pass_rate_histogram,
         policy_sampler,
+        rows_to_measure,
         split_for_measurement,
     )
     from stages.datasets import MANIFEST
@@ -221,7 +222,7 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     try:  # one engine for every set, stopped before the outputs are written
         for name in p["sets"]:
             train = _load(SETS / "rl" / name / "train.parquet")
-            todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), int(p["max_rows_per_set"]),
+            todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), rows_to_measure(p, name),
                                                   int(params["build"]["seed"]))
             measured[name] = (train, todo, skipped, measure(todo.to_dicts(), sample, score, cache))
     finally:

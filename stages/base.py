@@ -23,13 +23,19 @@ from stages.train_engine import OptimConfig
 
 
 class EvalConfig(BaseModel):
-    """Per-domain validation on held-out RL slices (``<set>/validation.parquet``)."""
+    """Per-domain validation on held-out RL slices (``<set>/validation.parquet``, :mod:`stages.evaluate`):
+    greedy answers, plus ``samples`` answers per prompt at ``temperature`` for pass@k (``k = samples``)."""
 
     model_config = ConfigDict(extra="forbid")
     datasets: list[str] = Field(default_factory=list)  # RL set dirs; one metric block per domain
     rows: int = 8                                       # first rows of each validation split
-    max_new_tokens: int = 64
+    max_new_tokens: int | dict[str, int] = 64             # or {domain: tokens} (the set's directory name)
     batch_size: int = 8
+    samples: int = Field(0, ge=0)                       # k of pass@k (0: greedy answers only)
+    temperature: float = Field(1.0, gt=0.0)             # of the sampled answers
+    seed: int = 0                                       # sample j of row i draws seed + i * k + j, on every checkpoint
+    max_prompt_tokens: int | None = None                # longer prompts are not scored (None: the stage's budget);
+                                                        # set it so every stage scores the same rows
 
 
 class StageConfig(BaseModel):
@@ -57,6 +63,9 @@ class StageConfig(BaseModel):
     # sampling.max_logprob_diff BF16_LOGPROB_DIFF (SamplingConfig.for_dtype); float32 by default
     dtype: Literal["float32", "bfloat16"] = "float32"
     rollout_engine: str = "auto"  # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
+    # partial-layer mode: train only the top N decoder layers and the final norm (None: every parameter);
+    # the backward stops below them (stages.train_engine.train_top_layers)
+    trainable_layers: int | None = Field(None, ge=1)
     loss_chunk_tokens: int = Field(4096, ge=1)  # tokens per LM-head chunk of the losses (stages/lm_head.py)
     save_every: int = Field(10, ge=0)  # training state every N optimizer steps and at the last (0: last only)
     keep_last: int = Field(2, ge=1)    # training states kept (stages/state.py)

@@ -27,6 +27,7 @@ from common.io import write_json
 from stages.datasets import describe_dataset
 
 RECORD = "cascade_checkpoint.json"
+SCORES_FILE = "validation_scores.json"  # per-prompt validation scores ({domain: scores}, stages.evaluate)
 
 
 def dataset_hash(path: str | Path) -> str:
@@ -52,6 +53,13 @@ def read_record(checkpoint: str | Path) -> dict[str, Any] | None:
     """The checkpoint's record, or ``None`` for a plain model dir (e.g. the base model)."""
     p = Path(checkpoint) / RECORD
     return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+
+
+def read_scores(checkpoint: str | Path) -> dict[str, Any]:
+    """The checkpoint's per-prompt validation scores ``{domain: scores}`` (:func:`stages.evaluate.evaluate`),
+    ``{}`` when it has none (a plain model dir, or validated before scores were kept)."""
+    p = Path(checkpoint) / SCORES_FILE
+    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else {}
 
 
 def write_record(checkpoint: str | Path, *, stage: str, runner: str, init: str | Path,

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from stages.base import StageConfig, StageResult, build_runner
+from stages.base import StageConfig, StageResult, StageRunner, build_runner
 from stages.datasets import resolve_datasets
 from validators.verifiers.sandbox import require_from_params
 
@@ -65,19 +65,42 @@ def train(stage: str, params: dict[str, Any], restart: bool = False) -> StageRes
     if restart:
         shutil.rmtree(runner.cfg.state_dir, ignore_errors=True)
     if not runner.cfg.enabled:
-        return pass_through(runner.cfg, init)
+        return pass_through(runner, init)
     return runner.run(resolve_datasets(settings["datasets"]), init)
 
 
-def pass_through(cfg: StageConfig, init: Path) -> StageResult:
+def pass_through(runner: StageRunner, init: Path) -> StageResult:
     """A disabled stage (``enabled: false``): its checkpoint is ``init`` unchanged, its record keeps the
-    init's validation and counts ``skipped: 1``, so the next stage and ``cascade report`` see it."""
-    from stages.checkpoints import read_record
+    init's validation (and per-prompt scores) and counts ``skipped: 1``, so the next stage and
+    ``cascade report`` see it. An init without a record (the base model) is validated here on the
+    runner's ``cfg.eval`` (with its ``environment`` when it has one), so the first trained stage has a
+    baseline to be compared with."""
+    from stages.checkpoints import read_record, read_scores
+    from stages.evaluate import SCORES
     from stages.runtime import StageRun
 
+    cfg, record = runner.cfg, read_record(init)
     with StageRun(cfg, [], init) as run:
         run.counts["skipped"] = 1
-        return run.finish((read_record(init) or {}).get("validation", {}), curves=())
+        if record is None and cfg.eval.datasets:
+            return run.finish(_validate_base(run, cfg, getattr(runner, "environment", None)), curves=())
+        validation, scores = (record or {}).get("validation", {}), read_scores(init)
+        return run.finish({d: {**m, **({SCORES: scores[d]} if d in scores else {})} for d, m in validation.items()},
+                          curves=())
+
+
+def _validate_base(run: Any, cfg: StageConfig, environment: Any = None) -> dict[str, dict[str, Any]]:
+    """Validation of the run's (untrained) policy on ``cfg.eval`` with its rollout engine, scored by
+    ``environment`` (else the config's ``environment``, else the verifiers)."""
+    from stages.environment import PromptBuilder, make_environment
+    from stages.rollout import SamplingConfig
+
+    sampling = getattr(cfg, "sampling", None) or SamplingConfig(batch_size=cfg.eval.batch_size)
+    rollout = run.rollout_engine(cfg.rollout_engine, sampling)
+    builder = PromptBuilder(run.tokenizer, getattr(cfg, "max_prompt_tokens", 1024))
+    name = getattr(cfg, "environment", "verifiers")
+    env = environment or make_environment("verifiers" if name == "genrm" else name)  # a judge scores groups only
+    return run.validate(rollout, builder, env)
 
 
 def describe_stages(params: dict[str, Any]) -> str:

@@ -1,26 +1,73 @@
-"""Per-domain validation: greedy responses to held-out RL rows, scored by the environment.
+"""Per-domain validation: greedy answers (and ``samples`` sampled ones) to held-out RL rows, scored
+by the environment.
 
-The metrics per domain (``reward`` mean, ``pass_rate``, ``response_tokens`` mean,
-``truncated`` fraction, ``rows``, ``prompt_too_long``) go into the checkpoint record, where
-:class:`stages.checkpoints.CheckpointRegistry` ranks checkpoints per domain.
+The metrics per domain go into the checkpoint record, where
+:class:`stages.checkpoints.CheckpointRegistry` ranks checkpoints per domain:
+
+  ``reward``, ``pass_rate``         greedy answers: mean reward, fraction passed (IF: prompt-level accuracy)
+  ``pass@k``, ``reward@t``          with ``samples: k``: the fraction of prompts with a passing answer among
+                                    ``k`` sampled at ``temperature`` (Chen et al. 2021, n = k), and the mean
+                                    reward of those samples
+  ``response_tokens``, ``truncated`` greedy answers: mean length, fraction without EOS
+  ``rows``, ``prompt_too_long``, ``ungraded``  prompts scored, skipped (longer than the builder's budget),
+                                    and whose greedy answer the grader failed on (scored as reward 0)
+
+The per-prompt scores (``scores``: :func:`split_scores` takes them out of the record) are what
+``cascade report`` resamples for paired bootstrap intervals across checkpoints: every checkpoint
+answers the same rows, and sample ``j`` of row ``i`` draws with seed ``seed + i * k + j`` on every
+checkpoint (common random numbers).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from stages.base import EvalConfig
 from stages.environment import Environment, PromptBuilder, PromptTooLong, load_rl_rows
 from stages.rollout import RolloutEngine
 
+SCORES = "scores"
+
+
+@contextmanager
+def _temperature(rollout: RolloutEngine, temperature: float):
+    """Sample at ``temperature`` for the duration (the built-in engines read ``sampling`` per call)."""
+    sampling = getattr(rollout, "sampling", None)
+    if sampling is None:
+        raise ValueError(f"eval.samples needs a rollout engine with a `sampling` config ({type(rollout).__name__} "
+                         f"has none): set eval.samples 0")
+    rollout.sampling = sampling.model_copy(update={"temperature": temperature, "top_p": 1.0})
+    try:
+        yield
+    finally:
+        rollout.sampling = sampling
+
+
+def _rewards(env: Environment, texts: list[str], rows: list[dict[str, Any]]) -> tuple[list[float], list[bool], int]:
+    """Rewards and passes of ``texts`` (an ungraded answer, ``None`` from the grader, counts as 0 and
+    not passed, so every checkpoint's vector covers the same rows), and the number ungraded."""
+    scored = env.score(texts, rows)
+    return ([float(s[0] or 0.0) for s in scored], [bool(s[1]) and s[0] is not None for s in scored],
+            sum(s[0] is None for s in scored))
+
 
 def evaluate(rollout: RolloutEngine, builder: PromptBuilder, env: Environment,
-             cfg: EvalConfig) -> dict[str, dict[str, float]]:
-    """``{domain: metrics}`` for every dataset in ``cfg.datasets`` (domain = the set's directory name).
+             cfg: EvalConfig) -> dict[str, dict[str, Any]]:
+    """``{domain: metrics}`` for every dataset in ``cfg.datasets`` (domain = the set's directory name);
+    each block also holds ``scores``: ``{"uuid": [str], "reward": [float], "passed": [bool],
+    "sample_rewards": [[float] * k], "sample_passed": [[bool] * k]}`` over the scored rows in order.
 
-    Rows whose prompt exceeds the builder's budget are counted in ``prompt_too_long``, not scored.
+    ``cfg.max_new_tokens`` is one budget or ``{domain: tokens}`` (ValueError for a domain it lacks).
+    Rows whose prompt exceeds ``cfg.max_prompt_tokens`` (else the builder's budget) are counted in
+    ``prompt_too_long``, not scored.
+    Raises ValueError (from :func:`_temperature`) when ``cfg.samples`` is set and the engine has no
+    ``sampling`` config.
     """
-    out: dict[str, dict[str, float]] = {}
+    if cfg.max_prompt_tokens is not None:
+        builder = PromptBuilder(builder.tokenizer, cfg.max_prompt_tokens)
+    out: dict[str, dict[str, Any]] = {}
     for dataset in cfg.datasets:
         rows = load_rl_rows(dataset, "validation", limit=cfg.rows)
         kept, prompts, too_long = [], [], 0
@@ -30,14 +77,37 @@ def evaluate(rollout: RolloutEngine, builder: PromptBuilder, env: Environment,
                 kept.append(row)
             except PromptTooLong:
                 too_long += 1
-        metrics: dict[str, float] = {"rows": len(kept), "prompt_too_long": too_long}
+        metrics: dict[str, Any] = {"rows": len(kept), "prompt_too_long": too_long}
+        limit = cfg.max_new_tokens
+        if isinstance(limit, dict):
+            if Path(dataset).name not in limit:
+                raise ValueError(f"eval.max_new_tokens has no entry for domain {Path(dataset).name!r} "
+                                 f"(it lists {sorted(limit)})")
+            limit = limit[Path(dataset).name]
         if kept:
-            ro = rollout.generate(prompts, n=1, greedy=True, max_new_tokens=cfg.max_new_tokens)
-            scores = [s for s in env.score(ro.texts, kept) if s[0] is not None]  # None: the grader failed
-            metrics["ungraded"] = len(kept) - len(scores)
-            metrics.update(reward=sum(s[0] for s in scores) / max(len(scores), 1),
-                           pass_rate=sum(s[1] for s in scores) / max(len(scores), 1),
+            ro = rollout.generate(prompts, n=1, greedy=True, max_new_tokens=limit)
+            reward, passed, ungraded = _rewards(env, ro.texts, kept)
+            scores: dict[str, list[Any]] = {"uuid": [str(r.get("uuid")) for r in kept], "reward": reward,
+                                            "passed": passed}
+            metrics.update(reward=sum(reward) / len(kept), pass_rate=sum(passed) / len(kept), ungraded=ungraded,
                            response_tokens=sum(map(len, ro.response_ids)) / len(ro),
                            truncated=sum(ro.truncated) / len(ro))
+            if cfg.samples:
+                k = cfg.samples
+                with _temperature(rollout, cfg.temperature):
+                    sampled = rollout.generate(prompts, n=k, max_new_tokens=limit, seed=cfg.seed)
+                s_reward, s_passed, _ = _rewards(env, sampled.texts, [r for r in kept for _ in range(k)])
+                scores["sample_rewards"] = [s_reward[i * k:(i + 1) * k] for i in range(len(kept))]
+                scores["sample_passed"] = [s_passed[i * k:(i + 1) * k] for i in range(len(kept))]
+                metrics[f"pass@{k}"] = sum(any(p) for p in scores["sample_passed"]) / len(kept)
+                metrics[f"reward@t{cfg.temperature:g}"] = sum(s_reward) / len(s_reward)
+            metrics[SCORES] = scores
         out[Path(dataset).name] = metrics
     return out
+
+
+def split_scores(validation: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """``(metrics, scores)``: the validation blocks without their per-prompt ``scores`` (the record and
+    the DVC metrics keep the aggregates), and ``{domain: scores}``."""
+    metrics = {d: {k: v for k, v in block.items() if k != SCORES} for d, block in validation.items()}
+    return metrics, {d: block[SCORES] for d, block in validation.items() if SCORES in block}

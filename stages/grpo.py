@@ -37,7 +37,7 @@ from stages.environment import (
     make_environment,
 )
 from stages.lm_head import final_hidden_states, head_logprobs, head_weight, model_device, partitioned
-from stages.losses import get_loss
+from stages.losses import get_loss, kl_k3
 from stages.onpolicy import check_logprob_diff, check_weights_version, logprob_diff_sum
 from stages.rollout import Rollouts, SamplingConfig
 from stages.runtime import BatchCycle, StageRun
@@ -58,6 +58,8 @@ class GRPOConfig(StageConfig):
     aggregation: str = "token_mean"
     kl_beta: float = 0.0
     kl_estimator: Literal["k1", "k2", "k3"] = "k2"  # stages.losses.kl_penalty: k2 descends KL(pi || pi_ref)
+    track_kl: bool = False                          # log `kl` to the initial policy without a KL term (one
+                                                    # more no-grad forward of it per micro-batch)
     dynamic_filtering: bool = True
     mask_truncated: bool = True
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
@@ -157,8 +159,10 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
     agent episodes) restricts training to the tokens marked 1 (the model's own, not tool outputs),
     which are then also the normalizer. ``max_len`` is the Dr. GRPO length constant (default
     ``cfg.sampling.max_new_tokens``). Returns, over the global window, summed ``loss``, ``pg_loss``
-    (and ``kl``), ``trained_tokens``, and ``logprob_diff``: mean |trainer - sampler| log-prob of the
-    trained tokens (an on-policy sanity check).
+    (and ``kl``: the k3 estimate of KL(pi || pi_init) per token, with ``ref_model``), ``trained_tokens``,
+    ``logprob_diff``: mean |trainer - sampler| log-prob of the trained tokens (an on-policy sanity
+    check), and ``entropy``: their mean negative log-prob at the sampling temperature, the Monte-Carlo
+    estimate of the policy's per-token entropy (nats) on its own samples.
     """
     masks = loss_masks or [[1] * len(rollouts.response_ids[i]) for i in range(len(rollouts.response_ids))]
     window = distributed.all_reduce_sum({"tokens": sum(sum(masks[i]) for i in indices), "samples": len(indices)})
@@ -173,7 +177,7 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
         lp = response_logprobs(model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
         mask = mask.to(lp.device)
         ref = None
-        if cfg.kl_beta:
+        if ref_model is not None:
             with torch.no_grad():
                 ref = response_logprobs(ref_model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
         loss, stats = loss_fn(lp, advantages[chunk].to(lp.device), mask, num_tokens=num_tokens,
@@ -190,6 +194,9 @@ def accumulate_policy_gradient(model: Callable[..., Any], backward: Callable[[to
         for k, v in stats.items():  # stats are normalized by num_tokens already
             totals[k] = totals.get(k, 0.0) + v
         totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, mask) / max(num_tokens, 1)
+        totals["entropy"] = totals.get("entropy", 0.0) + float(-(lp.detach() * mask).sum()) / max(num_tokens, 1)
+        if ref is not None and not cfg.kl_beta:  # track_kl: the loss's own `kl` stat is absent
+            totals["kl"] = totals.get("kl", 0.0) + float((kl_k3(lp.detach(), ref) * mask).sum()) / max(num_tokens, 1)
     return {**distributed.all_reduce_sum(totals), "trained_tokens": float(num_tokens)}
 
 
@@ -298,7 +305,7 @@ class GRPOStage:
             env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
             builder = PromptBuilder(tok, cfg.max_prompt_tokens)
             rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
-            ref_model = run.reference_model() if cfg.kl_beta else None
+            ref_model = run.reference_model() if cfg.kl_beta or cfg.track_kl else None
             items, dropped = self._train_rows(datasets, builder)
             run.counts.update(dropped, train_prompts=len(items))
             advantage = get_advantage(cfg.advantage)
@@ -328,4 +335,5 @@ class GRPOStage:
             # validation is verifiable per domain: a GenRM judge scores groups, not single answers
             eval_env = make_environment("verifiers") if cfg.environment == "genrm" and not self.environment else env
             validation = run.validate(rollout, builder, eval_env)
-            return run.finish(validation, curves=("reward_mean", "loss", "response_tokens", "groups_filtered"))
+            return run.finish(validation, curves=("reward_mean", "loss", "entropy", "kl", "response_tokens",
+                                                 "groups_filtered"))

@@ -38,7 +38,15 @@ from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
 from stages.environment import PromptBuilder, make_environment
-from stages.grpo import GRPOStage, micro_batches, optimizer_step, policy_batch, response_logprobs, sample_seed
+from stages.grpo import (
+    GRPOStage,
+    micro_batches,
+    optimizer_step,
+    policy_batch,
+    response_logprobs,
+    rollout_stats,
+    sample_seed,
+)
 from stages.losses import aggregate, get_loss, kl_k3
 from stages.onpolicy import check_weights_version, logprob_diff_sum
 from stages.rollout import Rollouts, SamplingConfig
@@ -61,7 +69,7 @@ class MOPDConfig(StageConfig):
     teacher_memory_mb: float = Field(0.0, ge=0)    # teachers kept loaded together (0: one at a time)
     mask_truncated: bool = False                   # a truncated response still has per-token signal
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # recipe: temperature 1, top-p 1
-    environment: str = "verifiers"                 # scores the per-domain validation only
+    environment: str = "verifiers"                 # scores validation and the samples' reward curve (not trained on)
     environment_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("is_bounds")
@@ -116,7 +124,8 @@ def mopd_loss(logprobs: torch.Tensor, inf_logprobs: torch.Tensor, teacher_logpro
     Returns:
         ``(loss, stats)``; stats (token means over ``mask``, normalized by ``N``): ``reverse_kl``
         (k1 = -a_t), ``reverse_kl_k3`` (:func:`stages.losses.kl_k3` toward the teacher),
-        ``is_dropped`` (fraction of tokens outside the bounds), ``is_ratio`` (mean r_t).
+        ``is_dropped`` (fraction of tokens outside the bounds), ``is_ratio`` (mean r_t), ``entropy``
+        (mean -log pi_train of the sampled tokens: the Monte-Carlo estimate of the per-token entropy).
     """
     mask = mask.bool()
     weights, kept = ice_pop_weights(logprobs, inf_logprobs, mask, is_bounds)
@@ -128,7 +137,7 @@ def mopd_loss(logprobs: torch.Tensor, inf_logprobs: torch.Tensor, teacher_logpro
         return float(aggregate(x, mask, "token_mean", num_tokens))
 
     return loss, {"reverse_kl": mean(lp - teacher_logprobs), "reverse_kl_k3": mean(kl_k3(lp, teacher_logprobs)),
-                  "is_dropped": mean((mask & ~kept).float()), "is_ratio": mean(ratio)}
+                  "is_dropped": mean((mask & ~kept).float()), "is_ratio": mean(ratio), "entropy": mean(-lp)}
 
 
 def resolve_teachers(domains: list[str], init_checkpoint: str | Path, checkpoint_root: str | Path,
@@ -332,8 +341,8 @@ class MOPDStage(GRPOStage):
                 samples = distributed.gather([(r["domain"], len(t_lps[i]), ro.truncated[i],
                                                float((torch.tensor(ro.logprobs[i]) - t_lps[i].cpu()).sum()))
                                               for i, r in enumerate(rows)])
-                stats: dict[str, float] = {"response_tokens": sum(s[1] for s in samples) / len(samples),
-                                           "truncated": sum(s[2] for s in samples) / len(samples)}
+                # the verifiers' reward of the samples: not trained on, the curve every stage shows
+                stats: dict[str, float] = rollout_stats(ro, rows, env.score(ro.texts, rows))
                 for domain in sorted({s[0] for s in samples}):  # k1 with the sampler's log-probs
                     mine = [s for s in samples if s[0] == domain]
                     stats[f"reverse_kl/{domain}"] = sum(s[3] for s in mine) / max(sum(s[1] for s in mine), 1)
@@ -344,7 +353,8 @@ class MOPDStage(GRPOStage):
                 run.log(step, stats)
             run.counts["teacher_loads"] = pool.loads
             validation = run.validate(rollout, builder, env)
-            result = run.finish(validation, curves=("loss", "reverse_kl", "is_dropped", "response_tokens"))
+            result = run.finish(validation, curves=("reward_mean", "loss", "entropy", "reverse_kl", "is_dropped",
+                                                    "response_tokens"))
         if distributed.is_main():
             record = read_record(result.checkpoint)
             record["teachers"] = {d: str(p) for d, p in teachers.items()}

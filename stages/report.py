@@ -21,21 +21,77 @@ from pathlib import Path
 from typing import Any
 
 from common.io import atomic_path, write_json
-from stages.checkpoints import read_record
+from stages.bootstrap import mean_ci, paired_delta_ci
+from stages.checkpoints import read_record, read_scores
 
 REPORT_JSON = Path("metrics/cascade_report.json")
 REPORT_CSV = Path("plots/cascade_report.csv")
 REPORT_PNG = Path("plots/cascade_report.png")
 
 
-def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "reward",
-                 tolerance: float = 0.0) -> dict[str, Any]:
-    """The report of ``stages`` (in cascade order) from their checkpoint records.
+def metric_values(scores: dict[str, Any], metric: str) -> tuple[list[str], list[float]] | None:
+    """``(uuids, per-prompt values)`` of ``metric`` from one domain's validation scores
+    (:func:`stages.evaluate.evaluate`), or ``None`` when they do not hold it. ``reward`` / ``pass_rate``:
+    the greedy answer's reward / pass; ``pass@k``: any of the ``k`` samples passed; ``reward@t...``: the
+    samples' mean reward."""
+    rows = scores.get("sample_passed")
+    if metric == "reward":
+        values = scores.get("reward")
+    elif metric == "pass_rate":
+        values = [float(p) for p in scores.get("passed", [])] if "passed" in scores else None
+    elif metric.startswith("pass@") and rows is not None and metric == f"pass@{len(rows[0]) if rows else 0}":
+        values = [float(any(p)) for p in rows]
+    elif metric.startswith("reward@t") and "sample_rewards" in scores:
+        values = [sum(r) / len(r) for r in scores["sample_rewards"]]
+    else:
+        return None
+    return (list(scores["uuid"]), [float(v) for v in values]) if values is not None else None
 
-    Returns ``{"metric", "stages": [{"stage", "runner", "status"}], "domains", "table": {stage: {domain:
-    value | None}}, "regressions": [{stage, domain, value, best, best_stage}], "recovered": [{stage,
-    domain, before, after, best, best_stage, recovered, fraction}], "lineage": {stage: {...}}}``.
-    ``status`` is ``trained`` | ``skipped`` (``enabled: false``) | ``missing`` (no record yet).
+
+def _paired(after: tuple[list[str], list[float]], before: tuple[list[str], list[float]]
+            ) -> tuple[list[float], list[float]]:
+    """The two checkpoints' values on the prompts both scored, in ``after``'s order."""
+    b = dict(zip(*before, strict=True))
+    common = [(v, b[u]) for u, v in zip(*after, strict=True) if u in b]
+    return [c[0] for c in common], [c[1] for c in common]
+
+
+def _interval(values: list[float], confidence: float) -> dict[str, float]:
+    m, lo, hi = mean_ci(values, confidence)
+    return {"mean": m, "ci_low": lo, "ci_high": hi, "n": len(values)}
+
+
+def _delta(after: tuple[list[str], list[float]] | None, before: tuple[list[str], list[float]] | None,
+           confidence: float) -> dict[str, float] | None:
+    if after is None or before is None:
+        return None
+    a, b = _paired(after, before)
+    if not a:
+        return None
+    d, lo, hi = paired_delta_ci(a, b, confidence)
+    return {"delta": d, "ci_low": lo, "ci_high": hi, "n": len(a)}
+
+
+def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "reward",
+                 tolerance: float = 0.0, confidence: float = 0.95) -> dict[str, Any]:
+    """The report of ``stages`` (in cascade order) from their checkpoint records and per-prompt scores.
+
+    Returns ``{"metric", "tolerance", "confidence", "stages": [{"stage", "runner", "status"}], "domains",
+    "table": {stage: {domain: value | None}}, "intervals": {stage: {domain: {mean, ci_low, ci_high, n}}},
+    "pass_at_k": {stage: {domain: {...}}}, "deltas": [{stage, init, domain, delta, ci_low, ci_high, n}],
+    "regressions": [{stage, domain, value, best, best_stage, ...}], "recovered": [{stage, domain, before,
+    after, best, best_stage, recovered, fraction, ...}], "lineage": {stage: {...}}}``. ``status`` is
+    ``trained`` | ``skipped`` (``enabled: false``) | ``missing`` (no record yet).
+
+    With per-prompt scores (:data:`stages.checkpoints.SCORES_FILE`) every interval is a 95 % (``confidence``)
+    percentile bootstrap over prompts (:mod:`stages.bootstrap`), ``deltas`` are paired against the
+    stage's init checkpoint (the stage before it), and a *regression* (a value below the best earlier
+    stage's by more than ``tolerance``) is flagged only when the paired interval of the difference
+    excludes 0; each carries ``delta``/``ci_low``/``ci_high`` against the best stage. Without scores
+    the point values decide. For a MOPD stage (runner ``mopd``), ``recovered`` lists every domain whose
+    value before it (its init) is below the best earlier one by more than ``tolerance``: ``after -
+    before`` and the fraction ``(after - before) / (best - before)`` of the gap closed, with
+    ``regressed`` (whether that drop was flagged) and the paired interval of ``after - before``.
 
     Raises:
         ValueError: no stage in ``stages`` has a record under ``checkpoint_root``.
@@ -44,10 +100,14 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
     records = {s: read_record(root / s) for s in stages}
     if not any(records.values()):
         raise ValueError(f"no checkpoint record under {root} for any of {stages}: run the cascade first (dvc repro)")
+    scores = {s: read_scores(root / s) for s in stages if records[s]}
     domains = sorted({d for rec in records.values() if rec for d in rec.get("validation", {})})
     table: dict[str, dict[str, float | None]] = {}
-    rows, regressions, recovered, lineage = [], [], [], {}
+    intervals: dict[str, dict[str, dict[str, float]]] = {}
+    pass_at_k: dict[str, dict[str, dict[str, float]]] = {}
+    rows, deltas, regressions, recovered, lineage = [], [], [], [], {}
     best: dict[str, tuple[float, str]] = {}  # domain -> best value so far and its stage
+    flagged: set[str] = set()  # domains with a flagged regression so far
     previous: str | None = None
     for stage in stages:
         rec = records[stage]
@@ -59,22 +119,40 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
         table[stage] = values
         lineage[stage] = {k: rec.get(k) for k in ("init", "lineage", "datasets", "parent_datasets", "teachers")
                           if k in rec}
+        per_prompt = {d: metric_values(scores[stage].get(d, {}), metric) for d in domains}
+        intervals[stage] = {d: _interval(v[1], confidence) for d, v in per_prompt.items() if v and v[1]}
+        k_metric = next((key for d in domains for key in rec.get("validation", {}).get(d, {})
+                         if key.startswith("pass@")), None)
+        if k_metric:
+            pass_at_k[stage] = {d: _interval(v[1], confidence) for d in domains
+                                if (v := metric_values(scores[stage].get(d, {}), k_metric)) and v[1]}
         for d, v in values.items():
             if v is None:
                 continue
+            if status == "trained" and previous is not None:
+                delta = _delta(per_prompt[d], metric_values(scores[previous].get(d, {}), metric), confidence)
+                if delta is not None:
+                    deltas.append({"stage": stage, "init": previous, "domain": d, **delta})
             if d in best and v < best[d][0] - tolerance:
-                regressions.append({"stage": stage, "domain": d, "value": v, "best": best[d][0],
-                                    "best_stage": best[d][1]})
+                against = _delta(per_prompt[d], metric_values(scores[best[d][1]].get(d, {}), metric), confidence)
+                if against is None or against["ci_high"] < 0:
+                    flagged.add(d)
+                    regressions.append({"stage": stage, "domain": d, "value": v, "best": best[d][0],
+                                        "best_stage": best[d][1], **(against or {})})
             before = table.get(previous, {}).get(d) if previous else None
             mopd = status == "trained" and rec["runner"] == "mopd"
             if mopd and before is not None and d in best and before < best[d][0] - tolerance:
                 gap = best[d][0] - before
+                change = _delta(per_prompt[d], metric_values(scores[previous].get(d, {}), metric), confidence)
                 recovered.append({"stage": stage, "domain": d, "before": before, "after": v, "best": best[d][0],
-                                  "best_stage": best[d][1], "recovered": v - before, "fraction": (v - before) / gap})
+                                  "best_stage": best[d][1], "recovered": v - before, "fraction": (v - before) / gap,
+                                  "regressed": d in flagged,
+                                  **({f"change_{k}": change[k] for k in ("ci_low", "ci_high")} if change else {})})
             if d not in best or v > best[d][0]:
                 best[d] = (v, stage)
         previous = stage
-    return {"metric": metric, "tolerance": tolerance, "stages": rows, "domains": domains, "table": table,
+    return {"metric": metric, "tolerance": tolerance, "confidence": confidence, "stages": rows, "domains": domains,
+            "table": table, "intervals": intervals, "pass_at_k": pass_at_k, "deltas": deltas,
             "regressions": regressions, "recovered": recovered, "lineage": lineage}
 
 
@@ -103,9 +181,15 @@ def plot_report(report: dict[str, Any], png_path: Path) -> None:
     for x, s in enumerate(stages):
         if runners[s] == "mopd":
             ax.axvspan(x - 0.4, x + 0.4, color="tab:green", alpha=0.12, label="MOPD")
+    intervals = report.get("intervals", {})
     for d in report["domains"]:
         pts = [(x, report["table"][s][d]) for x, s in enumerate(stages) if report["table"][s][d] is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=d)
+        ci = [intervals.get(s, {}).get(d) for x, s in enumerate(stages) if report["table"][s][d] is not None]
+        if all(ci) and ci:  # bootstrap intervals: error bars around the per-prompt mean
+            ax.errorbar([p[0] for p in pts], [c["mean"] for c in ci], capsize=3, marker="o", label=d,
+                        yerr=[[c["mean"] - c["ci_low"] for c in ci], [c["ci_high"] - c["mean"] for c in ci]])
+        else:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=d)
     reg = [(stages.index(r["stage"]), r["value"]) for r in report["regressions"]]
     if reg:
         ax.scatter([p[0] for p in reg], [p[1] for p in reg], marker="v", s=90, color="red", zorder=3,
@@ -128,7 +212,8 @@ def print_report(report: dict[str, Any]) -> None:
     console = Console(width=200)
     marks = {(r["stage"], r["domain"]): "v" for r in report["regressions"]}
     rec = {(r["stage"], r["domain"]): r for r in report["recovered"]}
-    t = Table(title=f"validation {report['metric']} per domain and stage (v: regression, +: recovered by MOPD)")
+    t = Table(title=f"validation {report['metric']} per domain and stage [bootstrap CI where per-prompt scores "
+                    f"exist] (v: regression, +: recovered by MOPD)")
     t.add_column("stage")
     t.add_column("runner")
     for d in report["domains"]:
@@ -140,8 +225,8 @@ def print_report(report: dict[str, Any]) -> None:
             continue
         cells = []
         for d in report["domains"]:
-            v = report["table"][s][d]
-            cell = "-" if v is None else f"{v:.3f}"
+            v, iv = report["table"][s][d], report.get("intervals", {}).get(s, {}).get(d)
+            cell = "-" if v is None else f"{v:.3f}" + (f" [{iv['ci_low']:.3f}, {iv['ci_high']:.3f}]" if iv else "")
             if (s, d) in rec:
                 cell = f"[green]{cell} +{rec[(s, d)]['recovered']:.3f}[/green]"
             if (s, d) in marks:
@@ -162,18 +247,124 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(lt)
 
 
-def run_report(params: dict[str, Any]) -> dict[str, Any]:
-    """``cascade report`` body: build, write and print the report of ``params``' cascade; returns it.
+def summary_json(report: dict[str, Any], wall_s: float | None = None) -> dict[str, Any]:
+    """The report's numbers in the documented schema (docs/learning/README.md)::
+
+        {"wall_s", "metric", "confidence", "stages": [{"stage", "status", "domains": {domain: {"mean",
+         "ci_low", "ci_high", "n", "pass_at_k": {...}}}}], "deltas": [{"stage", "domain", "delta", "ci_low",
+         "ci_high"}], "regressions": [...], "recovered": [...], "curves": {stage: {...}}}
+
+    ``stages`` holds every stage with per-prompt scores (a skipped first stage is the base model);
+    ``deltas`` are paired against each trained stage's init checkpoint."""
+    stages = []
+    for row in report["stages"]:
+        intervals = report["intervals"].get(row["stage"])
+        if not intervals:
+            continue
+        k = report["pass_at_k"].get(row["stage"], {})
+        stages.append({"stage": row["stage"], "status": row["status"],
+                       "domains": {d: {**v, **({"pass_at_k": k[d]} if d in k else {})} for d, v in intervals.items()}})
+    keep = ("stage", "domain", "delta", "ci_low", "ci_high", "n", "init")
+    return {"wall_s": wall_s, "metric": report["metric"], "confidence": report["confidence"], "stages": stages,
+            "deltas": [{k: d[k] for k in keep} for d in report["deltas"]],
+            "regressions": report["regressions"], "recovered": report["recovered"],
+            "curves": report.get("curves", {})}
+
+
+CURVES = ("reward_mean", "entropy", "kl", "reverse_kl", "logprob_diff", "groups_filtered", "response_tokens",
+          "truncated", "grad_norm")
+
+
+def curve_summary(stages: list[str], metrics_dir: str | Path, window: int = 3) -> dict[str, dict[str, Any]]:
+    """``{stage: {curve: {"first", "last", "steps"}}}``: the mean of each :data:`CURVES` value over the
+    first and the last ``window`` logged steps of every stage with a step log
+    (``<metrics_dir>/<stage>/steps.jsonl``): the numbers that say why a stage did or did not learn."""
+    import json
+
+    out: dict[str, dict[str, Any]] = {}
+    for stage in stages:
+        log = Path(metrics_dir) / stage / "steps.jsonl"
+        if not log.exists():
+            continue
+        rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        curves = {}
+        for name in CURVES:
+            values = [r[name] for r in rows if isinstance(r.get(name), int | float) and r[name] == r[name]]
+            if values:
+                curves[name] = {"first": sum(values[:window]) / len(values[:window]),
+                                "last": sum(values[-window:]) / len(values[-window:]), "steps": len(values)}
+        out[stage] = curves
+    return out
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The per-domain table as Markdown: ``mean [ci_low, ci_high]`` per stage (with the paired delta
+    against the stage's init below it, ``v`` on a flagged regression), and pass@k."""
+    deltas = {(d["stage"], d["domain"]): d for d in report["deltas"]}
+    flagged = {(r["stage"], r["domain"]) for r in report["regressions"]}
+    domains = report["domains"]
+    pct = int(round(report["confidence"] * 100))
+    lines = [f"| stage | {' | '.join(domains)} |", "|---|" + "---|" * len(domains)]
+    for row in report["stages"]:
+        iv = report["intervals"].get(row["stage"])
+        if not iv:
+            continue
+        cells = []
+        for d in domains:
+            if d not in iv:
+                cells.append("-")
+                continue
+            cell = f"{iv[d]['mean']:.3f} [{iv[d]['ci_low']:.3f}, {iv[d]['ci_high']:.3f}]"
+            if (row["stage"], d) in deltas:
+                x = deltas[(row["stage"], d)]
+                cell += f"<br>Δ {x['delta']:+.3f} [{x['ci_low']:+.3f}, {x['ci_high']:+.3f}]"
+            if (row["stage"], d) in flagged:
+                cell += " **v**"
+            cells.append(cell)
+        name = row["stage"] + (" (skipped: base model)" if row["status"] == "skipped" else "")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    lines.append("")
+    lines.append(f"{report['metric']} of the greedy answer per held-out prompt, mean [{pct} % bootstrap CI]; "
+                 f"Δ: paired against the stage's init checkpoint; **v**: a regression (below the best earlier "
+                 f"stage, paired CI excluding 0).")
+    if report["pass_at_k"]:
+        lines += ["", f"| stage | {' | '.join(domains)} |", "|---|" + "---|" * len(domains)]
+        for stage, iv in report["pass_at_k"].items():
+            lines.append(f"| {stage} | " + " | ".join(
+                f"{iv[d]['mean']:.3f} [{iv[d]['ci_low']:.3f}, {iv[d]['ci_high']:.3f}]" if d in iv else "-"
+                for d in domains) + " |")
+        lines += ["", "pass@k of the sampled answers (the eval's `samples` and `temperature`)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(report: dict[str, Any], out_dir: str | Path, wall_s: float | None = None) -> None:
+    """``report.json`` (:func:`summary_json`), ``report.md`` (:func:`markdown_table`) and ``report.png``
+    under ``out_dir``, each written to a temp file and renamed."""
+    out = Path(out_dir)
+    write_json(summary_json(report, wall_s), out / "report.json")
+    with atomic_path(out / "report.md") as tmp:
+        tmp.write_text(markdown_table(report), encoding="utf-8")
+    plot_report(report, out / "report.png")
+
+
+def run_report(params: dict[str, Any], docs_dir: str | Path | None = None, wall_s: float | None = None
+               ) -> dict[str, Any]:
+    """``cascade report`` body: build, write and print the report of ``params``' cascade, and with
+    ``docs_dir`` its :func:`write_docs` files there (``wall_s``: the run's wall time); returns it.
 
     Raises:
         ValueError: a stage of the order has no checkpoint record (names it).
     """
     cascade = params.get("cascade") or {}
     settings = cascade.get("report", {})
-    root = cascade.get("defaults", {}).get("checkpoint_root", "data/checkpoints")
-    report = build_report(cascade.get("order", []), root, settings.get("metric", "reward"),
-                          settings.get("tolerance", 0.0))
+    defaults = cascade.get("defaults", {})
+    report = build_report(cascade.get("order", []), defaults.get("checkpoint_root", "data/checkpoints"),
+                          settings.get("metric", "reward"), settings.get("tolerance", 0.0))
+    report["curves"] = curve_summary(cascade.get("order", []), defaults.get("metrics_dir", "metrics/train"))
     write_report(report)
     print_report(report)
     print(f"wrote {REPORT_JSON}, {REPORT_CSV}, {REPORT_PNG}")
+    if docs_dir is not None:
+        write_docs(report, docs_dir, wall_s)
+        print(f"wrote {docs_dir}/report.json, report.md, report.png")
     return report

@@ -26,11 +26,11 @@ from tqdm import tqdm
 from common.io import write_json
 from stages import distributed
 from stages.base import StageConfig, StageResult
-from stages.checkpoints import load_checkpoint, write_record
+from stages.checkpoints import SCORES_FILE, load_checkpoint, write_record
 from stages.metrics import MetricsLog
 from stages.rollout import torch_threads
 from stages.state import fingerprint, latest_state, rng_file, save_state, set_rng_state
-from stages.train_engine import in_precision, make_train_engine
+from stages.train_engine import in_precision, make_train_engine, train_top_layers
 
 
 def seed_everything(seed: int) -> None:
@@ -111,6 +111,8 @@ class StageRun:
             seed_everything(self.cfg.seed + distributed.rank())  # ranks draw differently (rollouts: per-sample seeds)
             model, self.tokenizer = load_checkpoint(self.init)
             model.to(self.device).train()
+            if self.cfg.trainable_layers is not None:
+                self.counts["trainable_parameters"] = train_top_layers(model, self.cfg.trainable_layers)
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
                                             self.cfg.zero_stage, self.cfg.dtype)
             self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv", self.cfg.live_dir,
@@ -212,15 +214,19 @@ class StageRun:
 
     def finish(self, validation: dict[str, dict[str, float]], curves: tuple[str, ...]) -> StageResult:
         """Save checkpoint + tokenizer + record, the summary JSON and the curves (rank 0); return the paths."""
+        from stages.evaluate import split_scores
+
         cfg = self.cfg
         ckpt = cfg.checkpoint_dir
         self.engine.save(ckpt)  # collective under ZeRO-3; rank 0 writes
         final = {k: v for k, v in self.last.items() if not k.endswith("_s")}
+        validation, scores = split_scores(validation)
         summary = {"stage": cfg.name, "runner": cfg.runner, "steps": cfg.steps, "final": final,
                    "validation": validation, "counts": self.counts}
         metrics = Path(cfg.metrics_dir) / f"{cfg.name}.json"
         if distributed.is_main():
             self._write_outputs(ckpt, metrics, summary, curves)
+            write_json(scores, ckpt / SCORES_FILE)  # per-prompt validation scores (cascade report's bootstrap)
         distributed.barrier()
         return StageResult(ckpt, metrics, summary)
 

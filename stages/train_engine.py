@@ -65,6 +65,32 @@ class TrainEngine(Protocol):
         """Restore what :meth:`save_state` wrote, exactly (a resumed run is bitwise the same)."""
 
 
+def train_top_layers(model: torch.nn.Module, n: int) -> int:
+    """Partial-layer training: freeze every parameter except the top ``n`` decoder layers and the final
+    norm (embeddings, lower layers and the LM head stay as loaded). The frozen lower layers then run
+    without building a graph and the backward stops at layer ``L - n``; with DeepSpeed (any ZeRO stage)
+    and torch AdamW alike, only the trainable parameters get optimizer state. Returns the trainable
+    parameter count.
+
+    The decoder is ``model.get_decoder()`` (HF causal LMs: Llama, Qwen, Mistral, ...) holding
+    ``layers`` (a ``ModuleList``) and ``norm``.
+
+    Raises:
+        ValueError: ``n`` is not in ``[1, L]``, or the model has no such decoder (names its class).
+    """
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"trainable_layers: {type(model).__name__} has no decoder `layers` to train the top of")
+    if not 1 <= n <= len(layers):
+        raise ValueError(f"trainable_layers must be in [1, {len(layers)}] for {type(model).__name__}, got {n}")
+    model.requires_grad_(False)
+    for module in [*layers[len(layers) - n:], getattr(decoder, "norm", None)]:
+        if module is not None:
+            module.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     """torch AdamW over ``model``'s trainable parameters and its cosine schedule.
 

@@ -31,3 +31,13 @@ def rl_table(prompts: list[str], source: str = "bench", prefix: str = "b", **fie
         for row, v in zip(rows, values, strict=True):
             row[key] = v
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=RL_SCHEMA))
+
+
+class StartsWith:
+    """Reward 1 when the response starts with ``text``."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def score(self, responses, rows):
+        return [(float(r.startswith(self.text)), r.startswith(self.text)) for r in responses]

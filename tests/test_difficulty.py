@@ -10,6 +10,7 @@ from curation.difficulty import (
     filter_mix,
     load_cache,
     measure,
+    rows_to_measure,
     split_for_measurement,
 )
 from tests.handed import handed_case
@@ -125,6 +126,14 @@ def test_rows_are_measured_in_the_order_the_mixes_draw_them():
     assert len(skipped) == 195 and set(skipped["uuid"]).isdisjoint(todo["uuid"])
     long = rl_table(["x" * 1201, "short"])  # longer than max_prompt_chars: never measured
     assert split_for_measurement(long, 1200, 5, 42)[0]["uuid"].to_list() == ["b1"]
+
+
+def test_row_budget_is_one_number_or_one_per_set():
+    assert rows_to_measure({"max_rows_per_set": 90}, "math") == 90
+    per_set = {"max_rows_per_set": {"math": 160, "code": 24}}
+    assert rows_to_measure(per_set, "code") == 24
+    with pytest.raises(ValueError, match="difficulty.max_rows_per_set has no budget for set 'stem_mcqa'"):
+        rows_to_measure(per_set, "stem_mcqa")
 
 
 def test_a_mix_keeps_the_rows_its_domains_kept_and_passes_unmeasured_domains():

@@ -20,7 +20,7 @@ from stages.grpo import (
     select_for_training,
 )
 from stages.rollout import HFRolloutEngine, Rollouts, SamplingConfig
-from tests.rows import rl_table
+from tests.rows import StartsWith, rl_table
 from tests.tiny_lm import smollm2_tokenizer, tiny_llama
 
 
@@ -173,16 +173,6 @@ def _stage_setup(tmp_path, tok, prompts, **over):
            "plots_dir": str(tmp_path / "plots"), "eval": {"datasets": [str(tmp_path / "set")], "rows": 1,
                                                           "max_new_tokens": 2}, **over}
     return model, GRPOConfig.model_validate(cfg)
-
-
-class StartsWith:
-    """Reward 1 when the response starts with ``text``."""
-
-    def __init__(self, text):
-        self.text = text
-
-    def score(self, responses, rows):
-        return [(float(r.startswith(self.text)), r.startswith(self.text)) for r in responses]
 
 
 def test_learning_sanity_grpo_raises_the_reward_of_a_verifiable_task(tmp_path, tok):

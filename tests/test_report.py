@@ -42,7 +42,7 @@ def test_regressions_and_mopd_recovery_against_the_best_earlier_stage(tmp_path):
         ("rlhf", "mcqa", "mdrl")]
     assert report["recovered"] == [{"stage": "mopd", "domain": "math", "before": 0.1, "after": 0.5, "best": 0.6,
                                     "best_stage": "sft", "recovered": pytest.approx(0.4),
-                                    "fraction": pytest.approx(0.8)}]
+                                    "fraction": pytest.approx(0.8), "regressed": True}]
     assert [r["status"] for r in report["stages"]] == ["trained"] * 5 + ["missing"]
     assert report["lineage"]["rlhf"]["lineage"] == ORDER
     assert report["lineage"]["mdrl"]["datasets"] == {str(data): read_record(root / "mdrl")["datasets"][str(data)]}

@@ -20,7 +20,7 @@ from corpora.rl.if_constraints import (
 )
 from corpora.rl.long_context import draw_haystacks, make_task
 from corpora.schema import SCHEMAS
-from curation.build import draw_mix
+from curation.build import draw_mix, split_group
 from curation.dedup import run_dedup
 from curation.ingest import ingest_source, source_root
 from tests.rows import rl_table
@@ -80,6 +80,15 @@ def test_draw_haystacks_partitions_the_pool_and_reports_unfilled_budgets():
     assert draw_haystacks([5, 5, 9, 5], [9, 10, 10]) == [None, [0, 1], [2]]
     assert draw_haystacks([3, 50, 4, 2], [9]) == [[0, 2, 3]]  # a text longer than the room is skipped
     assert draw_haystacks([50], [9]) == [None]
+
+
+def test_validation_rows_are_capped_at_a_share_of_the_group():
+    group = rl_table([f"p{i}" for i in range(584)])
+    assert len(split_group(group, 160, None, seed=1)[1]) == 58                   # a tenth by default
+    train, val, capped = split_group(group, 160, None, seed=1, max_fraction=0.2)
+    assert (len(train), len(val), len(capped)) == (468, 116, 0)
+    assert set(val["uuid"]).isdisjoint(train["uuid"])
+    assert len(split_group(group, 100, None, seed=1, max_fraction=0.2)[1]) == 100  # the row count binds first
 
 
 def test_draw_mix_proportions_shortfall_and_errors():
