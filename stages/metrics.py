@@ -55,6 +55,9 @@ class MetricsLog:
         shutil.rmtree(self.live_dir, ignore_errors=True)
         self.live_dir.mkdir(parents=True)
         self.live = Live(dir=str(self.live_dir), save_dvc_exp=False, dvcyaml=None)
+        # dvclive's plots dir exists before any step (dvc.yaml declares it): a stage that logs no step
+        # (a disabled one passing its init through) still leaves every declared output
+        (self.live_dir / "plots" / "metrics").mkdir(parents=True, exist_ok=True)
         for row in rows:
             self.log(row["step"], {k: v for k, v in row.items() if k != "step"})
 

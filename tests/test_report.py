@@ -88,6 +88,9 @@ def test_a_disabled_stage_passes_its_init_through_and_reports_as_skipped(tmp_pat
     assert record["lineage"] == ORDER[:4] and record["datasets"] == {}
     assert record["validation"] == read_record(root / "mdrl")["validation"]
     assert (root / "mopd" / "model.safetensors").read_bytes() == (root / "mdrl" / "model.safetensors").read_bytes()
+    # every output dvc.yaml declares for a stage exists although no step ran (DVC fails the stage otherwise)
+    assert (tmp_path / "m" / "mopd" / "plots" / "metrics").is_dir() and (tmp_path / "m" / "mopd.json").exists()
+    assert (tmp_path / "p" / "mopd.csv").exists() and (tmp_path / "p" / "mopd.png").read_bytes()[:4] == b"\x89PNG"
     report = build_report(ORDER[:4], root)
     assert report["stages"][-1] == {"stage": "mopd", "runner": "mopd", "status": "skipped"}
     assert report["regressions"][-1]["stage"] == "mopd" and report["recovered"] == []

@@ -9,21 +9,26 @@ import yaml
 
 from packing.dataset import collate_packed
 from stages.sft import accumulate_sft
-from stages.train_engine import OptimConfig, TorchEngine, make_train_engine
+from stages.train_engine import OptimConfig, TorchEngine, make_train_engine, train_top_layers
 from tests.tiny_lm import packed_row, tiny_llama
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _two_steps(engine_name: str) -> tuple[list[float], torch.Tensor]:
+def _two_steps(engine_name: str, zero_stage: int = 2, trainable_layers: int | None = None
+               ) -> tuple[list[float], dict[str, torch.Tensor]]:
     model = tiny_llama(64)
-    engine = make_train_engine(engine_name, model, OptimConfig(lr=1e-2, warmup_steps=0), total_steps=4, zero_stage=2)
+    if trainable_layers is not None:
+        train_top_layers(model, trainable_layers)
+    engine = make_train_engine(engine_name, model, OptimConfig(lr=1e-2, warmup_steps=0), total_steps=4,
+                               zero_stage=zero_stage)
     batch = [collate_packed([packed_row()])]
     losses = []
     for _ in range(2):
         losses.append(accumulate_sft(engine.model, engine.backward, batch)["loss"])
         engine.step()
-    return losses, torch.cat([p.detach().flatten() for p in engine.module.parameters()])
+    with engine.gathered():
+        return losses, {k: v.detach().clone() for k, v in engine.module.named_parameters()}
 
 
 def test_torch_and_deepspeed_zero2_give_the_same_loss_for_two_steps():
@@ -33,7 +38,26 @@ def test_torch_and_deepspeed_zero2_give_the_same_loss_for_two_steps():
     ds_losses, ds_params = _two_steps("deepspeed")
     assert torch_losses[0] != pytest.approx(torch_losses[1], abs=1e-4)  # the first step changed the model
     assert ds_losses == pytest.approx(torch_losses, abs=1e-6)
-    assert torch.allclose(ds_params, torch_params, atol=1e-6)
+    assert all(torch.allclose(ds_params[k], torch_params[k], atol=1e-6) for k in torch_params)
+
+
+@pytest.mark.parametrize("zero_stage", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_partial_layer_mode_trains_the_top_layer_alike_on_torch_and_deepspeed(zero_stage):
+    """``trainable_layers`` (the learning preset's partial-layer mode) at scale: DeepSpeed ZeRO-2/3 step
+    the same top layer as torch and leave the frozen layers and embeddings as they were."""
+    pytest.importorskip("deepspeed", reason="install the `distributed` extra")
+    initial = dict(tiny_llama(64).named_parameters())
+    torch_losses, torch_params = _two_steps("torch", trainable_layers=1)
+    ds_losses, ds_params = _two_steps("deepspeed", zero_stage, trainable_layers=1)
+    frozen = [k for k in initial if not k.startswith(("model.layers.1.", "model.norm."))]
+    assert frozen and all(torch.equal(torch_params[k], initial[k]) and torch.equal(ds_params[k], initial[k])
+                          for k in frozen)
+    assert not torch.equal(torch_params["model.layers.1.self_attn.q_proj.weight"],
+                           initial["model.layers.1.self_attn.q_proj.weight"])
+    assert ds_losses == pytest.approx(torch_losses, abs=1e-6)
+    assert all(torch.allclose(ds_params[k], torch_params[k], atol=1e-6) for k in torch_params)
+    with pytest.raises(ValueError, match=r"trainable_layers must be in \[1, 2\] for LlamaForCausalLM, got 3"):
+        train_top_layers(tiny_llama(64), 3)
 
 
 def test_adamw_groups_and_cosine_warmup_schedule():
