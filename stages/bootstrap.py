@@ -47,3 +47,34 @@ def paired_delta_ci(after: list[float] | np.ndarray, before: list[float] | np.nd
     if a.shape != b.shape:
         raise ValueError(f"paired scores need the same prompts: {a.size} after vs {b.size} before")
     return mean_ci(a - b, confidence, resamples, seed)
+
+
+def domain_mean_delta_ci(pairs: list[tuple[list[float], list[float]]], confidence: float = 0.95,
+                         resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """``(delta, ci_low, ci_high)`` of the mean over domains of ``mean(after) - mean(before)``: one
+    ``(after, before)`` pair of per-prompt scores per domain, each domain's prompts resampled in pairs
+    and independently of the other domains' (a stratified bootstrap: ``scipy.stats.bootstrap`` with one
+    sample of differences per domain).
+
+    Raises:
+        ValueError: no domain, or a pair of different lengths.
+    """
+    if not pairs:
+        raise ValueError("no domain to average")
+    diffs = []
+    for after, before in pairs:
+        a, b = np.asarray(after, dtype=np.float64), np.asarray(before, dtype=np.float64)
+        if a.shape != b.shape or a.size == 0:
+            raise ValueError(f"paired scores need the same, non-empty prompts: {a.size} after vs {b.size} before")
+        diffs.append(a - b)
+    m = float(np.mean([d.mean() for d in diffs]))
+    if all(d.size < 2 or np.all(d == d[0]) for d in diffs):
+        return m, m, m
+    from scipy.stats import bootstrap
+
+    def statistic(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean([x.mean(axis=axis) for x in samples], axis=0)
+
+    res = bootstrap(tuple(diffs), statistic, confidence_level=confidence, n_resamples=resamples,
+                    method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return m, float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common.io import atomic_path, write_json
-from stages.bootstrap import mean_ci, paired_delta_ci
+from stages.bootstrap import domain_mean_delta_ci, mean_ci, paired_delta_ci
 from stages.checkpoints import read_record, read_scores
 
 REPORT_JSON = Path("metrics/cascade_report.json")
@@ -73,7 +73,8 @@ def _delta(after: tuple[list[str], list[float]] | None, before: tuple[list[str],
 
 
 def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "reward",
-                 tolerance: float = 0.0, confidence: float = 0.95) -> dict[str, Any]:
+                 tolerance: float = 0.0, confidence: float = 0.95,
+                 domain_groups: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """The report of ``stages`` (in cascade order) from their checkpoint records and per-prompt scores.
 
     Returns ``{"metric", "tolerance", "confidence", "stages": [{"stage", "runner", "status"}], "domains",
@@ -92,6 +93,9 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
     value before it (its init) is below the best earlier one by more than ``tolerance``: ``after -
     before`` and the fraction ``(after - before) / (best - before)`` of the gap closed, with
     ``regressed`` (whether that drop was flagged) and the paired interval of ``after - before``.
+    ``domain_groups`` (``{stage: [domain, ...]}``, e.g. the three domains multi-domain RL trains) adds
+    ``group_deltas``: the mean over those domains of the stage's paired deltas against its init, with a
+    stratified bootstrap interval (:func:`stages.bootstrap.domain_mean_delta_ci`).
 
     Raises:
         ValueError: no stage in ``stages`` has a record under ``checkpoint_root``.
@@ -151,9 +155,25 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
             if d not in best or v > best[d][0]:
                 best[d] = (v, stage)
         previous = stage
+    group_deltas = []
+    for stage, group in (domain_groups or {}).items():
+        ordered = [s for s in stages if records.get(s)]
+        if stage not in ordered or ordered.index(stage) == 0:
+            continue
+        init = ordered[ordered.index(stage) - 1]
+        pairs = []
+        for d in group:
+            after, before = (metric_values(scores[s].get(d, {}), metric) for s in (stage, init))
+            if after is None or before is None:
+                raise ValueError(f"cascade.report.domain_groups.{stage}: no per-prompt {metric!r} of {d!r} for "
+                                 f"{stage} and {init}")
+            pairs.append(_paired(after, before))
+        d, lo, hi = domain_mean_delta_ci(pairs, confidence)
+        group_deltas.append({"stage": stage, "init": init, "domains": list(group), "delta": d, "ci_low": lo,
+                             "ci_high": hi})
     return {"metric": metric, "tolerance": tolerance, "confidence": confidence, "stages": rows, "domains": domains,
             "table": table, "intervals": intervals, "pass_at_k": pass_at_k, "deltas": deltas,
-            "regressions": regressions, "recovered": recovered, "lineage": lineage}
+            "group_deltas": group_deltas, "regressions": regressions, "recovered": recovered, "lineage": lineage}
 
 
 def write_report(report: dict[str, Any], json_path: Path = REPORT_JSON, csv_path: Path = REPORT_CSV,
@@ -237,6 +257,9 @@ def print_report(report: dict[str, Any]) -> None:
     for r in report["recovered"]:
         console.print(f"MOPD ({r['stage']}) {r['domain']}: {r['before']:.3f} -> {r['after']:.3f} "
                       f"(best earlier {r['best']:.3f} at {r['best_stage']}; {r['fraction']:.0%} of the gap closed)")
+    for g in report.get("group_deltas", []):
+        console.print(f"{g['stage']}: mean over {', '.join(g['domains'])} {g['delta']:+.3f} "
+                      f"[{g['ci_low']:+.3f}, {g['ci_high']:+.3f}] against {g['init']} (paired, stratified bootstrap)")
     lt = Table(title="lineage: datasets (md5) each checkpoint was trained on")
     for col in ("stage", "init", "datasets", "teachers"):
         lt.add_column(col)
@@ -267,6 +290,7 @@ def summary_json(report: dict[str, Any], wall_s: float | None = None) -> dict[st
     keep = ("stage", "domain", "delta", "ci_low", "ci_high", "n", "init")
     return {"wall_s": wall_s, "metric": report["metric"], "confidence": report["confidence"], "stages": stages,
             "deltas": [{k: d[k] for k in keep} for d in report["deltas"]],
+            "group_deltas": report.get("group_deltas", []),
             "regressions": report["regressions"], "recovered": report["recovered"],
             "curves": report.get("curves", {})}
 
@@ -305,6 +329,7 @@ def markdown_table(report: dict[str, Any]) -> str:
     domains = report["domains"]
     pct = int(round(report["confidence"] * 100))
     lines = [f"| stage | {' | '.join(domains)} |", "|---|" + "---|" * len(domains)]
+    passed: list[str] = []
     for row in report["stages"]:
         iv = report["intervals"].get(row["stage"])
         if not iv:
@@ -321,19 +346,28 @@ def markdown_table(report: dict[str, Any]) -> str:
             if (row["stage"], d) in flagged:
                 cell += " **v**"
             cells.append(cell)
-        name = row["stage"] + (" (skipped: base model)" if row["status"] == "skipped" else "")
+        if row["status"] == "skipped" and row is not report["stages"][0]:
+            passed.append(row["stage"])  # a pass-through later in the order repeats its init's row
+            continue
+        name = row["stage"] + (" (skipped: the base model)" if row["status"] == "skipped" else "")
         lines.append(f"| {name} | {' | '.join(cells)} |")
     lines.append("")
     lines.append(f"{report['metric']} of the greedy answer per held-out prompt, mean [{pct} % bootstrap CI]; "
                  f"Δ: paired against the stage's init checkpoint; **v**: a regression (below the best earlier "
-                 f"stage, paired CI excluding 0).")
+                 f"stage, paired CI excluding 0)." + (f" Disabled, passing their init through: {', '.join(passed)}."
+                                                       if passed else ""))
+    for g in report.get("group_deltas", []):
+        lines += ["", f"{g['stage']}: mean over {', '.join(g['domains'])} of the paired deltas against {g['init']}: "
+                      f"{g['delta']:+.3f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}] (stratified bootstrap)."]
     if report["pass_at_k"]:
         lines += ["", f"| stage | {' | '.join(domains)} |", "|---|" + "---|" * len(domains)]
         for stage, iv in report["pass_at_k"].items():
+            if stage in passed:
+                continue
             lines.append(f"| {stage} | " + " | ".join(
                 f"{iv[d]['mean']:.3f} [{iv[d]['ci_low']:.3f}, {iv[d]['ci_high']:.3f}]" if d in iv else "-"
                 for d in domains) + " |")
-        lines += ["", "pass@k of the sampled answers (the eval's `samples` and `temperature`)."]
+        lines += ["", "pass@k of the answers sampled per prompt (k: the eval's `samples`, at its `temperature`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -359,7 +393,8 @@ def run_report(params: dict[str, Any], docs_dir: str | Path | None = None, wall_
     settings = cascade.get("report", {})
     defaults = cascade.get("defaults", {})
     report = build_report(cascade.get("order", []), defaults.get("checkpoint_root", "data/checkpoints"),
-                          settings.get("metric", "reward"), settings.get("tolerance", 0.0))
+                          settings.get("metric", "reward"), settings.get("tolerance", 0.0),
+                          domain_groups=settings.get("domain_groups"))
     report["curves"] = curve_summary(cascade.get("order", []), defaults.get("metrics_dir", "metrics/train"))
     write_report(report)
     print_report(report)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from common.io import write_json, write_parquet
-from stages.bootstrap import mean_ci, paired_delta_ci
+from stages.bootstrap import domain_mean_delta_ci, mean_ci, paired_delta_ci
 from stages.checkpoints import SCORES_FILE, read_scores, write_record
 from stages.cli import pass_through
 from stages.grpo import GRPOConfig, GRPOStage
@@ -43,6 +43,17 @@ def test_pairing_finds_a_gain_the_unpaired_interval_cannot():
         paired_delta_ci([1.0, 0.0, 1.0], [1.0, 0.0])
 
 
+def test_domain_mean_delta_resamples_each_domain_on_its_own():
+    up = ([1.0] * 30 + [0.0] * 70, [0.0] * 100)     # +0.3 on one domain
+    flat = ([1.0] * 20, [1.0] * 20)                 # 0 on a domain of 20 prompts
+    d, lo, hi = domain_mean_delta_ci([up, flat])
+    # (0.3 + 0) / 2; the first domain's delta 0.3 +- 1.96 * sqrt(0.21 / 100), halved: 0.15 +- 0.045
+    assert d == pytest.approx(0.15) and lo == pytest.approx(0.105, abs=0.012) and hi == pytest.approx(0.195, abs=0.012)
+    assert domain_mean_delta_ci([flat]) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="same, non-empty prompts: 2 after vs 1 before"):
+        domain_mean_delta_ci([([1.0, 0.0], [1.0])])
+
+
 STAGES = ["sft", "if_rl", "mdrl", "mopd"]
 # passes out of 100 prompts per domain: `a` gains at if_rl, loses 30 at mdrl (a regression), MOPD gets 20
 # of the 30 back; `b` dips by one prompt at if_rl (not a regression: the paired interval holds 0)
@@ -67,7 +78,10 @@ def _scored_cascade(root, data):
 def test_report_pairs_deltas_flags_significant_regressions_and_measures_mopd_recovery(tmp_path):
     write_parquet(rl_table(["x"]), tmp_path / "set" / "train.parquet")
     _scored_cascade(tmp_path / "ckpt", tmp_path / "set")
-    report = build_report(STAGES, tmp_path / "ckpt")
+    report = build_report(STAGES, tmp_path / "ckpt", domain_groups={"mdrl": ["a", "b"]})
+    [group] = report["group_deltas"]  # mdrl against if_rl: (-0.30 + 0.21) / 2
+    assert (group["init"], group["delta"]) == ("if_rl", pytest.approx(-0.045))
+    assert group["ci_low"] < -0.045 < group["ci_high"]
     deltas = {(d["stage"], d["domain"]): d for d in report["deltas"]}
     assert set(deltas) == {(s, d) for s in STAGES[1:] for d in "ab"}  # the skipped base has no delta
     assert deltas[("if_rl", "a")]["delta"] == pytest.approx(0.2) and deltas[("if_rl", "a")]["ci_low"] > 0.1
@@ -86,7 +100,8 @@ def test_report_pairs_deltas_flags_significant_regressions_and_measures_mopd_rec
     assert summary["stages"][0]["domains"]["a"]["n"] == 100
     assert set(summary["deltas"][0]) == {"stage", "domain", "delta", "ci_low", "ci_high", "n", "init"}
     table = markdown_table(report)
-    assert "| sft (skipped: base model) | 0.500 [" in table and "Δ -0.300 [" in table and "**v**" in table
+    assert "| sft (skipped: the base model) | 0.500 [" in table and "Δ -0.300 [" in table and "**v**" in table
+    assert "mdrl: mean over a, b of the paired deltas against if_rl: -0.045 [" in table
 
 
 @pytest.fixture(scope="module")
