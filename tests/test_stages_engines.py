@@ -55,7 +55,8 @@ def test_partial_layer_mode_trains_the_top_layer_alike_on_torch_and_deepspeed(ze
     assert not torch.equal(torch_params["model.layers.1.self_attn.q_proj.weight"],
                            initial["model.layers.1.self_attn.q_proj.weight"])
     assert ds_losses == pytest.approx(torch_losses, abs=1e-6)
-    assert all(torch.allclose(ds_params[k], torch_params[k], atol=1e-6) for k in torch_params)
+    # ZeRO-3 sums partitioned gradients in another order: 5e-6 after two steps at lr 1e-2
+    assert all(torch.allclose(ds_params[k], torch_params[k], atol=1e-6 if zero_stage < 3 else 2e-5) for k in torch_params)
     with pytest.raises(ValueError, match=r"trainable_layers must be in \[1, 2\] for LlamaForCausalLM, got 3"):
         train_top_layers(tiny_llama(64), 3)
 
