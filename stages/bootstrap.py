@@ -14,6 +14,24 @@ import numpy as np
 RESAMPLES = 10_000
 
 
+def _mean_of_means_ci(samples: list[np.ndarray], confidence: float, resamples: int,
+                      seed: int) -> tuple[float, float, float]:
+    """``(m, ci_low, ci_high)`` of the mean of the samples' means, each sample resampled on its own."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    m = float(np.mean([x.mean() for x in samples]))
+    if all(x.size < 2 or np.all(x == x[0]) for x in samples):
+        return m, m, m
+    from scipy.stats import bootstrap
+
+    def statistic(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean([x.mean(axis=axis) for x in xs], axis=0)
+
+    res = bootstrap(tuple(samples), statistic, confidence_level=confidence, n_resamples=resamples,
+                    method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return m, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def mean_ci(values: list[float] | np.ndarray, confidence: float = 0.95, resamples: int = RESAMPLES,
             seed: int = 0) -> tuple[float, float, float]:
     """``(mean, ci_low, ci_high)`` of ``values`` (float ``[n]``, one per prompt).
@@ -24,16 +42,7 @@ def mean_ci(values: list[float] | np.ndarray, confidence: float = 0.95, resample
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         raise ValueError("no values to bootstrap (0 prompts scored)")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    m = float(x.mean())
-    if x.size < 2 or np.all(x == x[0]):
-        return m, m, m
-    from scipy.stats import bootstrap
-
-    res = bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=resamples, method="percentile",
-                    vectorized=True, rng=np.random.default_rng(seed))
-    return m, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return _mean_of_means_ci([x], confidence, resamples, seed)
 
 
 def paired_delta_ci(after: list[float] | np.ndarray, before: list[float] | np.ndarray, confidence: float = 0.95,
@@ -67,14 +76,4 @@ def domain_mean_delta_ci(pairs: list[tuple[list[float], list[float]]], confidenc
         if a.shape != b.shape or a.size == 0:
             raise ValueError(f"paired scores need the same, non-empty prompts: {a.size} after vs {b.size} before")
         diffs.append(a - b)
-    m = float(np.mean([d.mean() for d in diffs]))
-    if all(d.size < 2 or np.all(d == d[0]) for d in diffs):
-        return m, m, m
-    from scipy.stats import bootstrap
-
-    def statistic(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.mean([x.mean(axis=axis) for x in samples], axis=0)
-
-    res = bootstrap(tuple(diffs), statistic, confidence_level=confidence, n_resamples=resamples,
-                    method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-    return m, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return _mean_of_means_ci(diffs, confidence, resamples, seed)

@@ -133,6 +133,7 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
         for d, v in values.items():
             if v is None:
                 continue
+            delta = None  # against the init checkpoint (the stage before)
             if status == "trained" and previous is not None:
                 delta = _delta(per_prompt[d], metric_values(scores[previous].get(d, {}), metric), confidence)
                 if delta is not None:
@@ -147,11 +148,10 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
             mopd = status == "trained" and rec["runner"] == "mopd"
             if mopd and before is not None and d in best and before < best[d][0] - tolerance:
                 gap = best[d][0] - before
-                change = _delta(per_prompt[d], metric_values(scores[previous].get(d, {}), metric), confidence)
                 recovered.append({"stage": stage, "domain": d, "before": before, "after": v, "best": best[d][0],
                                   "best_stage": best[d][1], "recovered": v - before, "fraction": (v - before) / gap,
                                   "regressed": d in flagged,
-                                  **({f"change_{k}": change[k] for k in ("ci_low", "ci_high")} if change else {})})
+                                  **({f"change_{k}": delta[k] for k in ("ci_low", "ci_high")} if delta else {})})
             if d not in best or v > best[d][0]:
                 best[d] = (v, stage)
         previous = stage
