@@ -135,12 +135,13 @@ def select_prompts(rl: pl.DataFrame, domains: list[str], per_domain: int, max_pr
 
 def verified_or_formatted(min_chars: int, max_chars: int, timeout_s: float
                           ) -> Callable[[list[str], list[dict[str, Any]]], list[Any]]:
-    """The scorer of synthesis: the row's verifier (``verify_batch``) where it has one, the
-    :func:`format_filter` for chat rows (``agent_ref`` ``genrm``: no verifier without a judge)."""
-    from validators.verifiers import verify_batch
+    """The scorer of synthesis: the row's verifier (``verify_batch``) where it grades single responses,
+    the :func:`format_filter` for the others (chat rows, ``agent_ref`` ``genrm``: no verifier without a
+    judge; ``Verifier.grades_responses``)."""
+    from validators.verifiers import get_verifier, verify_batch
 
     def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
-        verified = [i for i, r in enumerate(rows) if r["agent_ref"] != "genrm"]
+        verified = [i for i, r in enumerate(rows) if get_verifier(r["agent_ref"]).grades_responses]
         verdicts: list[Any] = [Verdictish(*format_filter(t, min_chars, max_chars)) for t in responses]
         graded = verify_batch([responses[i] for i in verified], [rows[i] for i in verified],
                               timeout_s=timeout_s, workers=2)

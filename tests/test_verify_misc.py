@@ -10,6 +10,7 @@ import pytest
 from tests.handed import handed_case
 from validators.verifiers import (
     Verdict,
+    VerifierPool,
     check_row,
     get_verifier,
     pass_at_k,
@@ -64,6 +65,48 @@ def test_verify_batch_one_verdict_each_in_order_with_crash_and_timeout_isolated(
     with pytest.raises(ValueError, match="2 responses but 1 rows"):
         verify_batch(["a", "b"], [math])
     assert verify_batch([], []) == []
+
+
+def test_verifier_pool_keeps_its_workers_replaces_a_hung_one_and_never_shares_them_with_a_fork():
+    import multiprocessing
+    import threading
+
+    math = {"uuid": "m", "agent_ref": "math", "ground_truth": json.dumps({"answer": "2"})}
+    hang = {"uuid": "c", "agent_ref": "code",
+            "ground_truth": json.dumps({"mode": "assert", "tests": ["assert True"], "timeout_s": 60})}
+    with VerifierPool(workers=2, timeout_s=3) as pool:
+        assert [v.reward for v in pool.verify([r"\boxed{2}", r"\boxed{3}"], [math, math])] == [1.0, 0.0]
+        pids = {w.proc.pid for w in pool._pool}
+        assert [v.reward for v in pool.verify([r"\boxed{2}"] * 3, [math] * 3)] == [1.0] * 3
+        assert {w.proc.pid for w in pool._pool} == pids  # started once
+        out = pool.verify(["```python\nwhile True: pass\n```", r"\boxed{2}"], [hang, math])
+        assert [v.reason for v in out][0] == "timeout after 3s" and out[1].reward == 1.0
+        assert len({w.proc.pid for w in pool._pool} & pids) == 1  # the hung worker was replaced
+        results = []
+
+        def grade(a):
+            results.append((a, pool.verify([rf"\boxed{{{a}}}"], [math])[0].reward))
+        threads = [threading.Thread(target=grade, args=(a,)) for a in (1, 2, 3, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [(1, 0.0), (2, 1.0), (2, 1.0), (3, 0.0)]
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_verify_in_child, args=(pool, math, queue))
+        child.start()
+        child_pids, reward = queue.get(timeout=120)
+        child.join()
+        assert reward == 1.0 and not child_pids & {w.proc.pid for w in pool._pool}
+        assert pool.verify([r"\boxed{2}"], [math])[0].reward == 1.0  # the parent's workers still answer
+    assert pool._pool == []
+
+
+def _verify_in_child(pool, row, queue):
+    reward = pool.verify([r"\boxed{2}"], [row])[0].reward
+    queue.put(({w.proc.pid for w in pool._pool}, reward))
+    pool.close()
 
 
 def _so_row(schema, **meta):

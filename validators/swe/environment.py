@@ -200,6 +200,8 @@ class SWEVerifier(Verifier):
     """SWE rows (``agent_ref`` ``swe``): graded by whole agent episodes (:meth:`SWEEnvironment.grade`),
     so single-response :meth:`verify` refuses (ValueError); :meth:`check` validates the task."""
 
+    grades_responses = False
+
     def check(self, row: dict[str, Any]) -> None:
         SWEEnvironment.task(row)
 

@@ -6,7 +6,8 @@ Verifiers are entry points of group ``cascade_rl.verifiers`` keyed by the RL row
 ``mcqa`` (:mod:`.mcqa`), ``instruction_following`` (:mod:`.ifeval` + :mod:`.ifbench`),
 ``tool_call`` (:mod:`.tool_call`), ``structured_output`` (:mod:`.structured_output`),
 ``long_context`` (:mod:`.long_context`) and ``genrm`` (:mod:`.genrm`, pairwise judge parsing).
-:func:`verify_batch` (:mod:`.batch`) grades many samples in worker processes under a wall clock;
+:func:`verify_batch` (:mod:`.batch`) grades many samples in worker processes under a wall clock
+(:class:`VerifierPool` keeps those workers between calls);
 :func:`pass_at_k` (:mod:`.passk`) is the unbiased estimator.
 
 >>> from validators.verifiers import verify
@@ -17,7 +18,7 @@ Verifiers are entry points of group ``cascade_rl.verifiers`` keyed by the RL row
 """
 
 from common.answers import final_answer
-from validators.verifiers.batch import verify_batch
+from validators.verifiers.batch import VerifierPool, verify_batch
 from validators.verifiers.passk import pass_at_k
 from validators.verifiers.registry import (
     Verdict,
@@ -27,4 +28,5 @@ from validators.verifiers.registry import (
     verify,
 )
 
-__all__ = ["Verdict", "Verifier", "check_row", "final_answer", "get_verifier", "pass_at_k", "verify", "verify_batch"]
+__all__ = ["Verdict", "Verifier", "VerifierPool", "check_row", "final_answer", "get_verifier", "pass_at_k", "verify",
+           "verify_batch"]

@@ -1,4 +1,5 @@
-"""``verify_batch``: verdicts for many responses, in worker processes, each under a wall-clock limit.
+"""``verify_batch`` and ``VerifierPool``: verdicts for many responses, in worker processes, each under a
+wall-clock limit (``verify_batch`` starts a pool per call; a ``VerifierPool`` keeps its workers between calls).
 
 Workers are fresh interpreters (``python -c`` running :func:`_serve` on two pipe fds, pickled
 messages), so callers need no ``if __name__ == "__main__"`` guard and nothing of the caller's
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -105,9 +107,108 @@ class _Worker:
         self.recv.close()
 
 
+class VerifierPool:
+    """Verifier worker processes that stay up between calls (what :func:`verify_batch` starts per call).
+
+    Trainer-side rewards (``validators.rewards``) grade a few samples per call, thousands of times:
+    a pool pays the worker start-up (an interpreter importing every verifier, about a second) once.
+    Calls are serialized by a lock (safe from a trainer's reward threads); a process forked after the
+    pool started gets fresh workers on first use (the parent's pipes are never shared).
+
+    Args:
+        workers: worker processes (at most one per sample of a call).
+        timeout_s: wall-clock seconds per sample, from hand-out to verdict.
+
+    Raises:
+        ValueError: ``workers < 1``.
+    """
+
+    def __init__(self, workers: int = 2, timeout_s: float = 10.0):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers, self.timeout_s = workers, timeout_s
+        self._pool: list[_Worker] = []
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> VerifierPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers (a later :meth:`verify` starts new ones)."""
+        with self._lock:
+            pool, self._pool = (self._pool if os.getpid() == self._pid else []), []
+            for w in pool:
+                w.stop(kill=False)
+
+    def verify(self, responses: list[str], rows: list[dict[str, Any]]) -> list[Verdict]:
+        """One :class:`Verdict` per response, ``responses[i]`` graded against ``rows[i]``.
+
+        Returns:
+            ``len(responses)`` verdicts in input order; a sample that raised, timed out or killed its
+            worker has reward 0 and the reason.
+
+        Raises:
+            ValueError: ``responses`` and ``rows`` differ in length.
+            RuntimeError: a worker cannot start, or a verdict is missing at the end (checked).
+        """
+        if len(responses) != len(rows):
+            raise ValueError(f"{len(responses)} responses but {len(rows)} rows")
+        with self._lock:
+            if os.getpid() != self._pid:  # forked: the workers and their pipes belong to the parent
+                self._pool, self._pid = [], os.getpid()
+            try:
+                return self._run(responses, rows)
+            except BaseException:
+                for w in self._pool:
+                    w.stop(kill=True)
+                self._pool = []
+                raise
+
+    def _run(self, responses: list[str], rows: list[dict[str, Any]]) -> list[Verdict]:
+        out: list[Verdict | None] = [None] * len(responses)
+        todo = list(range(len(responses)))[::-1]
+        while len(self._pool) < min(self.workers, len(responses)):
+            self._pool.append(_Worker.start())
+        pool = self._pool
+        while todo or any(w.task is not None for w in pool):
+            for w in pool:
+                if w.task is None and todo:
+                    w.task = todo.pop()
+                    w.send.send((w.task, responses[w.task], rows[w.task]))
+                    w.deadline = time.monotonic() + self.timeout_s
+            busy = [w for w in pool if w.task is not None]
+            ready = wait([w.recv for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
+            for k, w in enumerate(pool):
+                if w.task is None:
+                    continue
+                if w.recv in ready:
+                    try:
+                        i, verdict = w.recv.recv()
+                        out[i], w.task = verdict, None
+                        continue
+                    except (EOFError, OSError):
+                        reason = f"verifier process died (exit code {w.proc.poll()})"
+                elif time.monotonic() >= w.deadline:
+                    reason = f"timeout after {self.timeout_s:g}s"
+                else:
+                    continue
+                out[w.task] = fail(reason)
+                w.stop(kill=True)
+                pool[k] = _Worker.start()
+        missing = [i for i, v in enumerate(out) if v is None]
+        if missing:
+            raise RuntimeError(f"no verdict for samples {missing[:10]}")
+        return out  # type: ignore[return-value]
+
+
 def verify_batch(responses: list[str], rows: list[dict[str, Any]], timeout_s: float = 10.0,
                  workers: int = 2) -> list[Verdict]:
-    """One :class:`Verdict` per response, ``responses[i]`` graded against ``rows[i]``.
+    """One :class:`Verdict` per response, ``responses[i]`` graded against ``rows[i]``, by a
+    :class:`VerifierPool` started for this call and stopped after it.
 
     Args:
         responses: raw model outputs (reasoning included).
@@ -123,44 +224,5 @@ def verify_batch(responses: list[str], rows: list[dict[str, Any]], timeout_s: fl
         ValueError: ``responses`` and ``rows`` differ in length, or ``workers < 1``.
         RuntimeError: a worker cannot start, or a verdict is missing at the end (checked).
     """
-    if len(responses) != len(rows):
-        raise ValueError(f"{len(responses)} responses but {len(rows)} rows")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    out: list[Verdict | None] = [None] * len(responses)
-    todo = list(range(len(responses)))[::-1]
-    pool: list[_Worker] = []
-    try:
-        pool = [_Worker.start() for _ in range(min(workers, len(responses)))]
-        while todo or any(w.task is not None for w in pool):
-            for w in pool:
-                if w.task is None and todo:
-                    w.task = todo.pop()
-                    w.send.send((w.task, responses[w.task], rows[w.task]))
-                    w.deadline = time.monotonic() + timeout_s
-            busy = [w for w in pool if w.task is not None]
-            ready = wait([w.recv for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
-            for k, w in enumerate(pool):
-                if w.task is None:
-                    continue
-                if w.recv in ready:
-                    try:
-                        i, verdict = w.recv.recv()
-                        out[i], w.task = verdict, None
-                        continue
-                    except (EOFError, OSError):
-                        reason = f"verifier process died (exit code {w.proc.poll()})"
-                elif time.monotonic() >= w.deadline:
-                    reason = f"timeout after {timeout_s:g}s"
-                else:
-                    continue
-                out[w.task] = fail(reason)
-                w.stop(kill=True)
-                pool[k] = _Worker.start()
-    finally:
-        for w in pool:
-            w.stop(kill=False)
-    missing = [i for i, v in enumerate(out) if v is None]
-    if missing:
-        raise RuntimeError(f"no verdict for samples {missing[:10]}")
-    return out  # type: ignore[return-value]
+    with VerifierPool(workers, timeout_s) as pool:
+        return pool.verify(responses, rows)

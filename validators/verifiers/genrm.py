@@ -219,6 +219,7 @@ class GenRMVerifier(Verifier):
     (ValueError); stage runners call :func:`pair_indices`, the judge, then :func:`group_rewards`."""
 
     sft_domain = "chat"
+    grades_responses = False
 
     def check(self, row: dict[str, Any]) -> None:
         params = row.get("responses_create_params") or {}

@@ -80,6 +80,9 @@ class Verifier:
     #: SFT domain of a conversation synthesized from rows of the RL domain this verifier grades
     #: (entry-point group ``cascade_rl.domains``); None: synthesis does not use that domain.
     sft_domain: str | None = None
+    #: False when one response alone cannot be graded (a judge compares a group, an agent episode is
+    #: graded as a whole): :meth:`verify` refuses, trainer-side rewards give ``None``.
+    grades_responses: bool = True
 
     def check(self, row: dict[str, Any]) -> None:
         """Raise ValueError (naming the row and field) when ``row``'s verifier spec is invalid."""
