@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     pre = sub.add_parser("preset", help="print a params preset as dvc exp run -S overrides, one per line "
                          "(curation/presets.py)")
     pre.add_argument("file", help="preset YAML, e.g. presets/learning.yaml")
+    verl = sub.add_parser("verl", help="write an RL release config as verl parquet files OUT/<split>.parquet "
+                          "(curation/trainer_layouts.py; rewards: validators/rewards/verl.py)")
+    verl.add_argument("release", help="RL release directory (release/rl) or Hub dataset id")
+    verl.add_argument("config", help="RL set, e.g. math or multi_domain")
+    verl.add_argument("out", help="output directory")
     from stages.solve import add_arguments as solve_arguments
 
     solve_arguments(sub.add_parser("solve", help="test-time generate-verify-refine on an RL set (stages/solve.py)"))
@@ -114,6 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError, TypeError) as exc:
             print(f"cascade preset: error: {exc}", file=sys.stderr)
             return 1
+        return 0
+    if args.command == "verl":
+        from curation.trainer_layouts import write_verl
+
+        try:
+            counts = write_verl(args.release, args.config, args.out)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"cascade verl: error: {exc}", file=sys.stderr)
+            return 1
+        for split, n in counts.items():
+            print(f"{Path(args.out) / f'{split}.parquet'}: {n} rows")
         return 0
     if args.command == "stages":
         from stages.cli import describe_stages

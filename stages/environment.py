@@ -39,6 +39,18 @@ def load_rl_rows(dataset: str | Path, split: str = "train", limit: int | None = 
     return (table.slice(0, limit) if limit is not None else table).to_pylist()
 
 
+def inline_tools(chat: list[dict[str, Any]], tools: list[dict] | None) -> list[dict[str, Any]]:
+    """``chat`` with the tool schemas in its system turn (:data:`TOOLS_PREAMBLE`, one JSON schema per
+    line; a system turn is prepended when there is none): the prompt of a template, or a trainer, that
+    does not take a row's own ``tools``. ``chat`` unchanged when ``tools`` is empty."""
+    if not tools:
+        return chat
+    block = TOOLS_PREAMBLE.replace("{tools}", "\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+    if chat and chat[0]["role"] == "system":
+        return [{**chat[0], "content": chat[0]["content"] + "\n\n" + block}, *chat[1:]]
+    return [{"role": "system", "content": block}, *chat]
+
+
 class PromptTooLong(ValueError):
     """A prompt exceeds ``max_prompt_tokens`` (the reason ``prompt_too_long`` in stage metrics)."""
 
@@ -62,12 +74,7 @@ class PromptBuilder:
         params = row["responses_create_params"]
         chat, tools = to_chat(params["input"], params.get("tools"))
         if tools and not self.template_renders_tools:
-            block = TOOLS_PREAMBLE.replace("{tools}", "\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
-            if chat[0]["role"] == "system":
-                chat = [{**chat[0], "content": chat[0]["content"] + "\n\n" + block}, *chat[1:]]
-            else:
-                chat = [{"role": "system", "content": block}, *chat]
-            tools = None
+            return inline_tools(chat, tools), None
         return chat, tools
 
     def __call__(self, row: dict[str, Any]) -> list[int]:

@@ -1,0 +1,154 @@
+"""The releases in other trainers' dataset layouts: TRL's ``GRPOTrainer`` / ``SFTTrainer`` and verl.
+
+- **TRL GRPOTrainer**: :func:`load_for_trl` loads an RL release config as a conversational ``prompt``
+  dataset: every row keeps all its columns (``agent_ref``, ``ground_truth``, ``kwargs``... which
+  TRL hands to :mod:`validators.rewards.trl`'s reward functions) and gains ``prompt``, the row's input
+  messages (:func:`trl_prompt`).
+- **TRL SFTTrainer**: the SFT release loads as it is (``datasets.load_dataset``): ``messages`` plus
+  ``tools`` as a JSON string, which SFTTrainer decodes. Arrow gives every message every key
+  (``tool_calls: None`` on a plain turn), which templates that test a key's presence render wrongly,
+  and SFTTrainer refuses ``with_transform`` datasets; :func:`load_sft_for_trl` stores each message
+  with its own keys (``datasets.Json``). ``assistant_only_loss=True`` needs a chat template with
+  ``{% generation %}`` markers (TRL patches Qwen3, Llama 3 and others).
+- **verl**: :func:`write_verl` (``cascade verl RELEASE CONFIG OUT``) writes ``OUT/<split>.parquet`` in
+  verl's RL layout: ``prompt``, ``data_source`` (the row's domain, so verl's validation metrics are
+  per domain), ``ability``, ``reward_model`` ``{"style": "rule", "ground_truth"}`` and ``extra_info``
+  (the rest of the row, read back by :mod:`validators.rewards.verl`).
+
+Both trainers render every prompt of a run with one set of tools (TRL: the trainer's ``tools``), not
+a row's own, so a row's tool schemas go into its system turn (``stages.environment.inline_tools``,
+the text this package's own runners give templates that do not render tools).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curation.release_loader import drop_absent_keys
+from packing.tokenize import to_chat
+from stages.environment import inline_tools
+
+VERL_SCHEMA = pa.schema([
+    ("data_source", pa.string()),
+    ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+    ("ability", pa.string()),
+    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+    ("extra_info", pa.struct([("index", pa.int64()), ("split", pa.string()), ("uuid", pa.string()),
+                              ("agent_ref", pa.string()), ("instruction_id_list", pa.list_(pa.string())),
+                              ("kwargs", pa.string()), ("metadata", pa.string()), ("tools", pa.string())])),
+])
+
+
+def _first(ds: Any) -> Any:
+    """``ds``'s first split (``ds`` itself when it is one ``datasets.Dataset``)."""
+    from datasets import DatasetDict
+
+    return next(iter(ds.values())) if isinstance(ds, DatasetDict) else ds
+
+
+def _rl_only(ds: Any, path: str | Path, config: str) -> Any:
+    """``ds`` when it holds RL rows. Raises ValueError naming the release otherwise."""
+    if "responses_create_params" not in _first(ds).column_names:
+        raise ValueError(f"{path} config {config!r} has no responses_create_params column: not an RL release")
+    return ds
+
+
+def trl_prompt(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversational prompt of a row's ``responses_create_params``: its ``input`` messages (null
+    keys dropped, tool-call arguments decoded) with its ``tools`` in the system turn."""
+    chat, tools = to_chat(params["input"], params.get("tools"))
+    return inline_tools(chat, tools)
+
+
+def trl_columns(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """``datasets`` transform of an RL release batch: :func:`drop_absent_keys`, plus ``prompt``."""
+    batch = drop_absent_keys(batch)
+    batch["prompt"] = [trl_prompt(p) for p in batch["responses_create_params"]]
+    return batch
+
+
+def load_for_trl(path: str | Path, config: str, split: str | None = "train") -> Any:
+    """An RL release config as TRL ``GRPOTrainer``'s conversational prompt dataset.
+
+    Args:
+        path: a release directory (``release/rl``) or a Hub dataset id.
+        config: an RL set (``math``, ``multi_domain``...).
+        split: one split (a ``datasets.Dataset``), or None for all (a ``DatasetDict``).
+
+    Returns:
+        The release rows, every column kept, plus ``prompt`` (:func:`trl_prompt`), computed on access
+        (a ``with_transform``), so nothing is copied or padded.
+
+    Raises:
+        ValueError: not an RL release; ValueError / FileNotFoundError from ``datasets.load_dataset``
+            (unknown config, split, path).
+    """
+    from datasets import load_dataset
+
+    return _rl_only(load_dataset(str(path), config, split=split), path, config).with_transform(trl_columns)
+
+
+def load_sft_for_trl(path: str | Path, config: str, split: str | None = "train") -> Any:
+    """An SFT release config for TRL's ``SFTTrainer``, each message with exactly its source keys.
+
+    Args:
+        path, config, split: as :func:`curation.release_loader.load_release`.
+
+    Returns:
+        A ``datasets.Dataset`` (``DatasetDict`` when ``split`` is None) whose ``messages`` column is a
+        list of ``datasets.Json`` values: :func:`drop_absent_keys` applied and stored, not a transform.
+
+    Raises:
+        ValueError / FileNotFoundError: from ``datasets.load_dataset``.
+    """
+    from datasets import Json, List, load_dataset
+
+    ds = load_dataset(str(path), config, split=split)
+    features = _first(ds).features.copy()
+    features["messages"] = List(Json())
+    return ds.map(drop_absent_keys, batched=True, features=features)
+
+
+def verl_row(row: dict[str, Any], split: str, index: int) -> dict[str, Any]:
+    """One canonical RL row in verl's layout (:data:`VERL_SCHEMA`).
+
+    Raises:
+        ValueError: naming the row and message when a prompt message carries more than ``role`` and
+            ``content`` (tool calls in the prompt have no column in verl's layout).
+    """
+    prompt = trl_prompt(row["responses_create_params"])
+    for k, message in enumerate(prompt):
+        extra = sorted(set(message) - {"role", "content"})
+        if extra:
+            raise ValueError(f"row {row.get('uuid')!r}: responses_create_params.input[{k}] has {', '.join(extra)}: "
+                             "verl's prompt holds role and content only")
+    return {"data_source": row["domain"], "prompt": prompt, "ability": row["domain"],
+            "reward_model": {"style": "rule", "ground_truth": row.get("ground_truth")},
+            "extra_info": {"index": index, "split": split, "uuid": row["uuid"], "agent_ref": row["agent_ref"],
+                           "instruction_id_list": row.get("instruction_id_list"), "kwargs": row.get("kwargs"),
+                           "metadata": row.get("metadata"), "tools": row["responses_create_params"].get("tools")}}
+
+
+def write_verl(path: str | Path, config: str, out_dir: str | Path) -> dict[str, int]:
+    """Write every split of an RL release config as ``out_dir/<split>.parquet`` in verl's layout
+    (atomically, :func:`common.io.write_parquet`). The command ``cascade verl PATH CONFIG OUT``.
+
+    Returns:
+        ``{split: rows written}`` (every row of the release: a row that cannot be written raises).
+
+    Raises:
+        ValueError: not an RL release, or from :func:`verl_row`; ValueError / FileNotFoundError from
+            ``datasets`` for an unknown config or path.
+    """
+    from common.io import write_parquet
+    from curation.release_loader import load_release
+
+    counts = {}
+    for split, ds in _rl_only(load_release(path, config), path, config).items():
+        table = pa.Table.from_pylist([verl_row(row, split, i) for i, row in enumerate(ds)], schema=VERL_SCHEMA)
+        write_parquet(table, Path(out_dir) / f"{split}.parquet")
+        counts[split] = table.num_rows
+    return counts

@@ -1,0 +1,139 @@
+"""TRL ``reward_funcs``: the verifier registry in ``GRPOTrainer``'s reward-function signature.
+
+>>> from trl import GRPOTrainer
+>>> from curation.trainer_layouts import load_for_trl
+>>> from validators.rewards.trl import reward_funcs
+>>> trainer = GRPOTrainer(model, reward_funcs=reward_funcs(), train_dataset=load_for_trl("release/rl", "math"))
+... # doctest: +SKIP
+
+TRL calls each function as ``f(prompts=..., completions=..., completion_ids=..., **columns)``, every
+dataset column (``agent_ref``, ``ground_truth``, ``kwargs``...) repeated once per completion, and
+expects one reward per completion, ``None`` where the function does not apply to the row (TRL sums
+the functions that do, and warns when none does). A completion is a string (plain prompts) or a list
+of messages (conversational prompts, :func:`completion_text`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from common import plugins
+from corpora.schema import RL_SCHEMA
+from validators.rewards import TIMEOUT_S, WORKERS, grade, think_block, tool_call_block
+from validators.verifiers.registry import get_verifier
+
+RewardFunc = Callable[..., list[float | None]]
+#: Columns TRL adds to the reward kwargs that are not dataset columns.
+TRAINER_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
+
+
+def completion_text(completion: str | list[dict[str, Any]]) -> str:
+    """The response a verifier grades, from a TRL completion.
+
+    A string is the response. A list of messages contributes its ``assistant`` turns only, each as
+    its reasoning (``reasoning_content`` or ``reasoning``) in ``<think>...</think>``, then its content
+    (a string, or the ``text`` of its text parts), then its ``tool_calls`` as ``<tool_call>`` blocks;
+    turns are joined by a newline. Tool results and other non-assistant turns are never graded.
+
+    Raises:
+        TypeError: a completion that is neither.
+    """
+    if isinstance(completion, str):
+        return completion
+    if not isinstance(completion, list):
+        raise TypeError(f"a TRL completion is a string or a list of messages, got {type(completion).__name__}")
+    turns = []
+    for message in completion:
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(p.get("text") or "" for p in content if p.get("type") in ("text", "output_text"))
+        calls = "".join(tool_call_block((c.get("function") or c).get("name"), (c.get("function") or c).get("arguments"))
+                        for c in message.get("tool_calls") or [])
+        turns.append(think_block(message.get("reasoning_content") or message.get("reasoning")) + content + calls)
+    return "\n".join(turns)
+
+
+def rows_from_columns(n: int, columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``n`` canonical RL rows of a TRL reward call, from its per-completion ``columns``.
+
+    Raises:
+        ValueError: the ``agent_ref`` column is missing (the dataset lost the verifier's columns), or
+            a column does not hold one value per completion.
+    """
+    if "agent_ref" not in columns:
+        raise ValueError("the TRL dataset has no agent_ref column, so no verifier can be chosen: keep the RL "
+                         "release's columns (curation.trainer_layouts.load_for_trl, remove_unused_columns=False)")
+    names = [k for k in RL_SCHEMA.names if k in columns]
+    for k in names:
+        if len(columns[k]) != n:
+            raise ValueError(f"column {k!r} has {len(columns[k])} values for {n} completions")
+    return [{k: columns[k][i] for k in names} for i in range(n)]
+
+
+def reward_func(agent_ref: str | None = None, workers: int = WORKERS, timeout_s: float = TIMEOUT_S) -> RewardFunc:
+    """One TRL reward function over the verifier registry.
+
+    Args:
+        agent_ref: grade only the rows of this verifier (``None`` for the others), e.g. to log each
+            domain's reward apart; ``None`` grades every row with its own ``agent_ref``.
+        workers, timeout_s: of the process-wide :func:`validators.rewards.shared_pool`.
+
+    Returns:
+        ``f(prompts, completions, completion_ids=None, **columns) -> list[float | None]``, named
+        ``agent_ref`` (TRL logs ``rewards/<name>``): per completion, the verifier's reward in [0, 1];
+        ``None`` for rows of another verifier, rows whose verifier does not grade single responses
+        (``genrm`` needs a judge, ``swe`` an episode) and samples whose grader failed
+        (``Verdict.error``: no verdict, never a 0). Inside TRL it also logs each completion's verdict
+        reason (``log_extra``: column ``<name>/reason`` of the completions table) and the number of
+        grader failures per call (``log_metric``: ``<name>/grader_errors``).
+
+    Raises:
+        KeyError: ``agent_ref`` is no installed verifier.
+    """
+    if agent_ref is not None:
+        get_verifier(agent_ref)
+
+    name = agent_ref or "verifier"
+
+    def reward(prompts: list[Any], completions: list[Any], completion_ids: Any = None,
+               **columns: Any) -> list[float | None]:
+        log_extra, log_metric = columns.get("log_extra"), columns.get("log_metric")
+        columns = {k: v for k, v in columns.items() if k not in TRAINER_KWARGS}
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+        rows = rows_from_columns(len(completions), columns)
+        mine = [i for i, row in enumerate(rows) if agent_ref is None or row["agent_ref"] == agent_ref]
+        verdicts = grade([completion_text(completions[i]) for i in mine], [rows[i] for i in mine], workers, timeout_s)
+        out: list[float | None] = [None] * len(completions)
+        reasons: list[str | None] = [None] * len(completions)
+        for i, verdict in zip(mine, verdicts, strict=True):
+            out[i] = None if verdict is None or verdict.error else float(verdict.reward)
+            reasons[i] = None if verdict is None else verdict.reason
+        if log_extra is not None:  # TRL's completions table: why each completion got its reward
+            log_extra(f"{name}/reason", reasons)
+        if log_metric is not None:
+            log_metric(f"{name}/grader_errors", float(sum(v is not None and v.error is not None for v in verdicts)))
+        return out
+
+    reward.__name__ = reward.__qualname__ = name
+    return reward
+
+
+def reward_funcs(agent_refs: Iterable[str] | None = None, workers: int = WORKERS,
+                 timeout_s: float = TIMEOUT_S) -> list[RewardFunc]:
+    """One :func:`reward_func` per verifier, for ``GRPOTrainer(reward_funcs=...)``: each row is graded by
+    exactly one of them (its ``agent_ref``), the others give ``None``, so TRL's sum is the row's reward
+    and TRL logs it per verifier.
+
+    Args:
+        agent_refs: the verifiers (default: every installed one that grades single responses).
+
+    Raises:
+        KeyError: an unknown ``agent_ref``.
+    """
+    names = list(agent_refs) if agent_refs is not None else [
+        n for n in plugins.names("verifiers") if get_verifier(n).grades_responses]
+    return [reward_func(n, workers, timeout_s) for n in names]
