@@ -83,3 +83,11 @@ def smollm2_dir() -> Path:
     from tests.tiny_lm import ensure_smollm2
 
     return ensure_smollm2()
+
+
+@pytest.fixture(scope="session")
+def trainer_releases(tmp_path_factory, sources_cache, qwen3_tokenizer_dir) -> Path:
+    """``release/`` (``rl`` and ``sft``) when built, else a small one of real rows (tests/trainer_release.py)."""
+    from tests.trainer_release import releases
+
+    return releases(tmp_path_factory.mktemp("release"), sources_cache, qwen3_tokenizer_dir)

@@ -14,7 +14,6 @@ import pytest
 from benchmarks.verifiers import bfcl_response, real_rows
 from curation.release_loader import load_release
 from curation.trainer_layouts import load_for_trl, trl_prompt, write_verl
-from tests.trainer_release import releases
 from validators.rewards import nemo_gym, verl
 from validators.rewards.trl import completion_text, reward_func, reward_funcs
 from validators.verifiers import verify
@@ -25,8 +24,8 @@ ROWS_PER_DOMAIN = 6
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory, sources_cache, qwen3_tokenizer_dir) -> Path:
-    return releases(tmp_path_factory.mktemp("release"), sources_cache, qwen3_tokenizer_dir)
+def release(trainer_releases) -> Path:
+    return trainer_releases
 
 
 def _instance(schema: dict):

@@ -13,7 +13,6 @@ import torch
 from curation.trainer_layouts import load_for_trl, load_sft_for_trl
 from packing.tokenize import ChatTokenizer
 from tests.tiny_lm import smollm2_tokenizer, tiny_llama
-from tests.trainer_release import releases
 from validators.rewards.trl import completion_text, reward_funcs, rows_from_columns
 from validators.verifiers import verify
 
@@ -34,8 +33,8 @@ CHATML_TRAINING = (
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory, sources_cache, qwen3_tokenizer_dir) -> Path:
-    return releases(tmp_path_factory.mktemp("release"), sources_cache, qwen3_tokenizer_dir)
+def release(trainer_releases) -> Path:
+    return trainer_releases
 
 
 def _cpu(cls, tmp_path, **kw):
