@@ -138,14 +138,70 @@ def test_trl_conversational_completions_grade_the_policys_turns_only():
              log_metric=lambda *a: logged.append(a)) == [1.0, 0.0, 1.0, 0.0]
     reasons = [verify(completion_text(c), row).reason for c in completions]
     assert logged == [("math/reason", reasons), ("math/grader_errors", 0.0)]
-    assert completion_text(completions[0]) == "<think>6 * 7</think>$\\boxed{42}$"
+    assert completion_text(completions[0]) == "$\\boxed{42}$"
     assert completion_text(completions[1]) == ('Let me check.<tool_call>{"name": "calc", "arguments": {"x": "6*7"}}'
                                                '</tool_call>')
     assert verify(completion_text(completions[0]), row).reward == 1.0
 
 
+def _no_call_row(release) -> dict:
+    """A real tool-calling row whose right answer is no call (BFCL irrelevance)."""
+    rows = [r for split in ("validation", "train") for r in load_release(release / "rl", "tool_calling", split)]
+    return next(r for r in rows if json.loads(r["ground_truth"])["calls"] == [])
+
+
+def test_cut_off_reasoning_has_no_final_answer_in_every_wrapper(release):
+    """A completion cut off while thinking parses to reasoning alone (TRL's parser, a Responses API
+    ``incomplete`` reasoning item): no final answer, reward 0, as ``verify`` gives the raw text; an
+    empty answer would pass a row that expects no call."""
+    row = _no_call_row(release)
+    cut = "<think>Which tool? Let me think about the weather " * 20
+    assert verify(cut, row).reward == 0.0 and verify("", row).reward == 1.0
+    cols = {k: [row[k]] for k in row}
+    for reasoning in ("Which tool? Let me think", ""):
+        assert reward_func()(["p"], [[{"role": "assistant", "reasoning_content": reasoning}]], **cols) == [0.0]
+    for item in ({"type": "reasoning", "content": [{"type": "reasoning_text", "text": cut}]},
+                 {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Thinking."}]},
+                 {"type": "reasoning", "summary": []}):
+        out = nemo_gym.verify({**row, "response": {"status": "incomplete", "output": [item]}})
+        assert (out["reward"], out["reason"]) == (0.0, "unclosed <think> block: no final answer")
+
+
+def test_every_turn_of_a_trajectory_is_graded_not_only_the_last(release):
+    """A thinking model reasons again after each tool result: the tool calls of earlier turns still
+    count (a call on a no-call row fails; the expected calls followed by a final reply pass; a final
+    turn of reasoning alone has no final answer)."""
+    row = _no_call_row(release)
+    tool = json.loads(row["responses_create_params"]["tools"])[0]["function"]["name"]
+    turns = [{"role": "assistant", "reasoning_content": "Call it anyway.", "content": "",
+              "tool_calls": [{"type": "function", "function": {"name": tool, "arguments": {}}}]},
+             {"role": "tool", "content": "{}"}, {"role": "assistant", "reasoning_content": "ok", "content": "Done."}]
+    assert reward_func()(["p"], [turns], **{k: [row[k]] for k in row}) == [0.0]
+    output = [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "Call it."}]},
+              {"type": "function_call", "name": tool, "arguments": "{}", "call_id": "c0"},
+              {"type": "function_call_output", "call_id": "c0", "output": "{}"},
+              {"type": "reasoning", "summary": [{"type": "summary_text", "text": "ok"}]},
+              {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}]
+    assert nemo_gym.verify({**row, "response": {"output": output}})["reward"] == 0.0
+    expecting = next(r for r in load_release(release / "rl", "tool_calling", "validation")
+                     if json.loads(r["ground_truth"])["calls"])
+    calls = json.loads("[" + bfcl_response(expecting).replace("<tool_call>", "").replace("</tool_call>", ",")[:-1] + "]")
+    turns = [{"role": "assistant", "reasoning_content": "Call them.", "content": "",
+              "tool_calls": [{"type": "function", "function": c} for c in calls]},
+             {"role": "tool", "content": "{}"}, {"role": "assistant", "reasoning_content": "ok", "content": ""}]
+    cols = {k: [expecting[k]] for k in expecting}
+    done = turns[:2] + [{**turns[2], "content": "Done."}]
+    assert reward_func()(["p"] * 3, [turns[:1], done, turns], **{k: v * 3 for k, v in cols.items()}) == [1.0, 1.0, 0.0]
+
+
 def test_trl_refuses_rows_without_their_verifier_columns_or_an_installed_verifier():
     f = reward_func()
+    with pytest.raises(ValueError, match="row 'u1': ground_truth must be a JSON object, got NoneType"):
+        f(["p"], ["\\boxed{1}"], agent_ref=["math"], uuid=["u1"])  # a lost column is an error, never a 0
+    with pytest.raises(ValueError, match="completion message 0: tool_calls must be a list of call objects"):
+        f(["p"], [[{"role": "assistant", "content": "", "tool_calls": "calc"}]], agent_ref=["math"])
+    with pytest.raises(ValueError, match="completion message 1: content must be a string or a list of content parts"):
+        f(["p"], [[{"role": "assistant", "content": "a"}, {"role": "assistant", "content": 5}]], agent_ref=["math"])
     with pytest.raises(ValueError, match="no agent_ref column"):
         f(["p"], ["x"], ground_truth=["{}"])
     with pytest.raises(ValueError, match=r"row 'u7': agent_ref 'nope'"):

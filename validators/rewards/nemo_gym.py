@@ -13,37 +13,41 @@ from __future__ import annotations
 
 from typing import Any
 
-from validators.rewards import TIMEOUT_S, WORKERS, grade, think_block, tool_call_block
-
-
-def _texts(parts: Any) -> str:
-    if isinstance(parts, str):
-        return parts
-    return "".join(p.get("text") or "" for p in parts or [] if isinstance(p, dict))
+from validators.rewards import TIMEOUT_S, WORKERS, grade, graded_text, text_of, tool_call_block
 
 
 def response_text(response: dict[str, Any]) -> str:
-    """The response a verifier grades, from a Responses API ``response``: its ``output`` items in order,
-    ``reasoning`` as ``<think>...</think>`` (its ``content`` texts, else its ``summary``), assistant
-    ``message`` texts, ``function_call`` items as ``<tool_call>`` blocks. Tool outputs
-    (``function_call_output``) and other items are the environment's, never graded.
+    """The response a verifier grades, from a Responses API ``response``: its ``output`` items in order
+    as a trajectory (:func:`validators.rewards.graded_text`): ``reasoning`` (its ``content`` texts,
+    else its ``summary``), assistant ``message`` texts and ``function_call`` items (as ``<tool_call>``
+    blocks) are the policy's; a tool output (``function_call_output``) ends a turn and is never graded,
+    and a reasoning item after a turn's text starts the next turn. A response cut off while reasoning
+    (``status`` ``incomplete``, last item reasoning) ends on reasoning alone: no final answer.
 
     Raises:
-        ValueError: ``response`` has no ``output`` list.
+        ValueError: ``response`` has no ``output`` list, or an item of another shape.
     """
     output = response.get("output") if isinstance(response, dict) else None
     if not isinstance(output, list):
         raise ValueError("verify body: response.output must be the Responses API output list")
-    text = []
-    for item in output:
-        kind = item.get("type")
-        if kind == "reasoning":
-            text.append(think_block(_texts(item.get("content")) or _texts(item.get("summary"))))
+    turns: list[list[Any]] = [[None, ""]]
+    for k, item in enumerate(output):
+        where = f"response.output[{k}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where} is a {type(item).__name__}, not an output item")
+        kind, turn = item.get("type"), turns[-1]
+        if kind == "function_call_output":
+            turns.append([None, ""])
+        elif kind == "reasoning":
+            if turn[1]:
+                turns.append(turn := [None, ""])
+            turn[0] = (turn[0] or "") + (text_of(item.get("content"), where) or text_of(item.get("summary"), where))
+            # a reasoning item with no text is still reasoning: a turn ending on it has no final answer
         elif kind == "message" and item.get("role", "assistant") == "assistant":
-            text.append(_texts(item.get("content")))
+            turn[1] += text_of(item.get("content"), where)
         elif kind == "function_call":
-            text.append(tool_call_block(item.get("name"), item.get("arguments")))
-    return "".join(text)
+            turn[1] += tool_call_block(item.get("name"), item.get("arguments"))
+    return graded_text([(r, t) for r, t in turns if r is not None or t])
 
 
 def verify(body: Any, timeout_s: float = TIMEOUT_S, workers: int = WORKERS) -> dict[str, Any]:
@@ -62,7 +66,9 @@ def verify(body: Any, timeout_s: float = TIMEOUT_S, workers: int = WORKERS) -> d
         ValueError: no ``response``, or the row's verifier does not grade single responses
             (``genrm``, ``swe``), or names no installed verifier.
     """
-    body = body.model_dump() if hasattr(body, "model_dump") else dict(body)
+    body = body.model_dump() if hasattr(body, "model_dump") else body
+    if not isinstance(body, dict):
+        raise TypeError(f"verify body is a {type(body).__name__}: expected a dict or a pydantic model")
     if "response" not in body:
         raise ValueError("verify body has no response")
     row = {k: v for k, v in body.items() if k != "response"}

@@ -20,40 +20,48 @@ from typing import Any
 
 from common import plugins
 from corpora.schema import RL_SCHEMA
-from validators.rewards import TIMEOUT_S, WORKERS, grade, think_block, tool_call_block
+from validators.rewards import TIMEOUT_S, WORKERS, grade, graded_text, text_of, tool_call_block
 from validators.verifiers.registry import get_verifier
 
 RewardFunc = Callable[..., list[float | None]]
 #: Columns TRL adds to the reward kwargs that are not dataset columns.
 TRAINER_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
+#: Message keys chat templates and parsers put reasoning under.
+REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
 def completion_text(completion: str | list[dict[str, Any]]) -> str:
     """The response a verifier grades, from a TRL completion.
 
-    A string is the response. A list of messages contributes its ``assistant`` turns only, each as
-    its reasoning (``reasoning_content`` or ``reasoning``) in ``<think>...</think>``, then its content
-    (a string, or the ``text`` of its text parts), then its ``tool_calls`` as ``<tool_call>`` blocks;
-    turns are joined by a newline. Tool results and other non-assistant turns are never graded.
+    A string is the response as generated. A list of messages is a trajectory
+    (:func:`validators.rewards.graded_text`): each ``assistant`` message is a policy turn, its
+    reasoning (``reasoning_content``, ``reasoning`` or ``thinking``) apart from its text (``content``,
+    then its ``tool_calls`` as ``<tool_call>`` blocks); tool results and other roles are never graded.
 
     Raises:
-        TypeError: a completion that is neither.
+        ValueError: a completion, message, content or tool call of another shape (naming it).
     """
     if isinstance(completion, str):
         return completion
     if not isinstance(completion, list):
-        raise TypeError(f"a TRL completion is a string or a list of messages, got {type(completion).__name__}")
+        raise ValueError(f"a TRL completion is a string or a list of messages, got {type(completion).__name__}")
     turns = []
-    for message in completion:
+    for k, message in enumerate(completion):
+        if not isinstance(message, dict):
+            raise ValueError(f"completion message {k} is a {type(message).__name__}, not a message dict")
         if message.get("role") != "assistant":
             continue
-        content = message.get("content") or ""
-        if isinstance(content, list):
-            content = "".join(p.get("text") or "" for p in content if p.get("type") in ("text", "output_text"))
-        calls = "".join(tool_call_block((c.get("function") or c).get("name"), (c.get("function") or c).get("arguments"))
-                        for c in message.get("tool_calls") or [])
-        turns.append(think_block(message.get("reasoning_content") or message.get("reasoning")) + content + calls)
-    return "\n".join(turns)
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function", c), dict)
+                                                  for c in calls):
+            raise ValueError(f"completion message {k}: tool_calls must be a list of call objects")
+        blocks = "".join(tool_call_block(c.get("function", c).get("name"), c.get("function", c).get("arguments"))
+                         for c in calls)
+        reasoning = next((message[key] for key in REASONING_KEYS if message.get(key) is not None), None)
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise ValueError(f"completion message {k}: reasoning is a {type(reasoning).__name__}, not a string")
+        turns.append((reasoning, text_of(message.get("content"), f"completion message {k}") + blocks))
+    return graded_text(turns)
 
 
 def rows_from_columns(n: int, columns: dict[str, Any]) -> list[dict[str, Any]]:

@@ -32,8 +32,11 @@ def row_from_verl(data_source: str, ground_truth: Any, extra_info: dict[str, Any
         raise ValueError(f"verl sample of data_source {data_source!r}: extra_info lacks agent_ref; write the "
                          "parquet with `cascade verl` (curation/trainer_layouts.py)")
     row = {k: extra_info.get(k) for k in ROW_FIELDS}
-    if row["instruction_id_list"] is not None:  # verl may hand back an array
-        row["instruction_id_list"] = [str(x) for x in row["instruction_id_list"]]
+    ids = row["instruction_id_list"]
+    if ids is not None:  # verl may hand back an array
+        if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+            raise ValueError(f"row {row['uuid']!r}: extra_info.instruction_id_list must be a list, got {ids!r:.80}")
+        row["instruction_id_list"] = [str(x) for x in ids]
     row.update(domain=data_source, ground_truth=ground_truth,
                responses_create_params={"input": [], "tools": extra_info.get("tools")})
     return row
