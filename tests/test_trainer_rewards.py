@@ -82,30 +82,39 @@ def cases(release) -> list[tuple[str, dict]]:
     return out
 
 
-def _expected(response: str, row: dict) -> float | None:
-    """``verify``'s reward; None where the row's verifier grades no single response (rlhf: a judge
-    compares a group; its ``verify`` refuses any response that has a final answer)."""
-    if row["agent_ref"] == "genrm":
-        with pytest.raises(ValueError, match="scored per group by a judge model"):
-            verify("An answer.", row)
-        return None
-    return verify(response, row).reward
+@pytest.fixture(scope="module")
+def verdicts(cases) -> list:
+    """``verify``'s verdict of each case; None where the row's verifier grades no single response
+    (rlhf: a judge compares a group; its ``verify`` refuses any response that has a final answer)."""
+    out = []
+    for response, row in cases:
+        if row["agent_ref"] == "genrm":
+            with pytest.raises(ValueError, match="scored per group by a judge model"):
+                verify("An answer.", row)
+            out.append(None)
+        else:
+            out.append(verify(response, row))
+    return out
 
 
-def test_cases_cover_every_domain_with_passes_and_failures(cases):
-    expected = [(row["domain"], _expected(resp, row)) for resp, row in cases]
+def _rewards(verdicts) -> list[float | None]:
+    return [None if v is None else v.reward for v in verdicts]
+
+
+def test_cases_cover_every_domain_with_passes_and_failures(cases, verdicts):
+    expected = [(row["domain"], r) for (_, row), r in zip(cases, _rewards(verdicts))]
     assert {d for d, _ in expected} == set(DOMAINS)
     for domain in set(DOMAINS) - {"rlhf", "instruction_following"}:
         rewards = [r for d, r in expected if d == domain]
         assert 1.0 in rewards and 0.0 in rewards, (domain, rewards)
 
 
-def test_trl_rewards_equal_verify_per_completion(cases):
+def test_trl_rewards_equal_verify_per_completion(cases, verdicts):
     """Plain and conversational completions, every row repeated with different completions (as TRL
     repeats columns per generation): each value is its own completion's verdict, never broadcast."""
     rows = [row for _, row in cases]
     columns = {k: [row[k] for row in rows] for k in rows[0]}
-    expected = [_expected(resp, row) for resp, row in cases]
+    expected = _rewards(verdicts)
     plain = [resp for resp, _ in cases]
     chat = [[{"role": "assistant", "content": resp}] for resp in plain]
     prompts = [trl_prompt(row["responses_create_params"]) for row in rows]
@@ -212,7 +221,7 @@ def test_trl_refuses_rows_without_their_verifier_columns_or_an_installed_verifie
         reward_func("nope")
 
 
-def test_verl_layout_and_compute_score_equal_verify_on_every_domain(release, tmp_path, cases):
+def test_verl_layout_and_compute_score_equal_verify_on_every_domain(release, tmp_path, cases, verdicts):
     """``cascade verl``'s parquet carries each row's verifier inputs: compute_score on the written
     rows equals verify on the release rows, and refuses rlhf rows (a judge's) like verify does."""
     by_uuid = {}
@@ -222,17 +231,15 @@ def test_verl_layout_and_compute_score_equal_verify_on_every_domain(release, tmp
             table = pq.read_table(tmp_path / domain / f"{split}.parquet").to_pylist()
             assert len(table) == n == len(load_release(release / "rl", domain, split))
             by_uuid.update({r["extra_info"]["uuid"]: r for r in table})
-    for response, row in cases:
+    for (response, row), verdict in zip(cases, verdicts, strict=True):
         sample = by_uuid[row["uuid"]]
         assert sample["data_source"] == row["domain"] and sample["prompt"] == trl_prompt(row["responses_create_params"])
         args = (sample["data_source"], response, sample["reward_model"]["ground_truth"], sample["extra_info"])
-        expected = _expected(response, row)
-        if expected is None:
+        if verdict is None:
             with pytest.raises(ValueError, match="grades groups or episodes"):
                 verl.compute_score(*args)
             continue
-        verdict = verify(response, row)
-        assert verl.compute_score(*args) == {"score": expected, "acc": float(verdict.passed), "grader_error": 0.0}
+        assert verl.compute_score(*args) == {"score": verdict.reward, "acc": float(verdict.passed), "grader_error": 0.0}
 
 
 def test_verl_refuses_a_sample_without_its_row():
@@ -244,16 +251,16 @@ def _responses_api(response: str) -> dict:
     return {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": response}]}]}
 
 
-def test_nemo_gym_verify_equals_verify_on_release_rows(cases):
-    for response, row in cases[::3]:
+def test_nemo_gym_verify_equals_verify_on_release_rows(cases, verdicts):
+    for (response, row), verdict in list(zip(cases, verdicts, strict=True))[::3]:
         body = {**row, "response": _responses_api(response)}
-        expected = _expected(response, row)
-        if expected is None:
+        if verdict is None:
             with pytest.raises(ValueError, match="grades groups or episodes"):
                 nemo_gym.verify(body)
             continue
         out = nemo_gym.verify(body)
-        assert (out["reward"], out["uuid"], out["grader_error"]) == (expected, row["uuid"], None)
+        assert (out["reward"], out["reason"], out["uuid"], out["grader_error"]) == (
+            verdict.reward, verdict.reason, row["uuid"], None)
 
 
 def test_nemo_gym_grades_reasoning_and_function_calls_but_not_tool_outputs(release):

@@ -48,6 +48,7 @@ def test_one_grpo_step_on_the_mopd_release_with_the_packages_rewards(release, tm
     means are those values'."""
     ds = load_for_trl(release / "rl", "mopd", "validation")
     refs = sorted(set(ds["agent_ref"]))
+    ds = ds.select([list(ds["agent_ref"]).index(ref) for ref in refs])  # one row per verifier
     assert {"math", "mcqa", "tool_call", "structured_output", "instruction_following"} <= set(refs)
     seen: list[tuple[str, list, list, list]] = []
 
