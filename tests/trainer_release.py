@@ -52,7 +52,8 @@ def _rows(names: tuple[str, ...], cache: Path, qwen3_dir: Path) -> dict[str, lis
         kept = rows[name]
         if SCHEMAS_KIND.get(name) == "rl":
             kept = [r for r in kept if _checks(check_row, r)]
-        out[name] = kept if name in DERIVED else kept[:ROWS_PER_SOURCE]
+        # rows spread over the whole source, so every category is in (BFCL's irrelevance rows are last)
+        out[name] = kept if name in DERIVED else kept[::max(1, len(kept) // ROWS_PER_SOURCE)][:ROWS_PER_SOURCE]
     return out
 
 
