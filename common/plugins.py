@@ -9,19 +9,20 @@ and DVC steps included::
     [project.entry-points."cascade_rl.verifiers"]
     my_domain = "my_pkg.verifier:MyVerifier"
 
-==================  ==================================================  =============================
-kind                what the entry point names                          used by
-==================  ==================================================  =============================
-``verifiers``       a ``Verifier`` subclass (the row's ``agent_ref``)   rewards, filtering, synthesis
-``stages``          a stage runner class (``runner:`` in params)        ``cascade train``
-``rollout_engines`` ``factory(model, tokenizer, sampling, model_path)`` RL stages, difficulty
-``train_engines``   ``factory(model, optim, total_steps, zero_stage)``  every stage
-``environments``    ``factory(**environment_kwargs)``                   GRPO stages
-``advantages``      ``fn(rewards, group_size, **kwargs) -> advantages`` GRPO stages
-``losses``          a loss function (``stages.losses`` convention)      every stage
-``adapters``        ``fn(raw, spec, root) -> row(s)`` (``adapter:``)    ``cascade ingest``
-``domains``         the ``Verifier`` subclass grading an RL domain      schema, build, synthesis
-==================  ==================================================  =============================
+=======================  ===================================================  =============================
+kind                     what the entry point names                           used by
+=======================  ===================================================  =============================
+``verifiers``            a ``Verifier`` subclass (the row's ``agent_ref``)    rewards, filtering, synthesis
+``stages``               a stage runner class (``runner:`` in params)         ``cascade train``
+``rollout_engines``      ``factory(model, tokenizer, sampling, model_path)``  RL stages, difficulty
+``train_engines``        ``factory(model, optim, total_steps, zero_stage)``   every stage
+``environments``         ``factory(**environment_kwargs)``                    RL stages
+``advantages``           ``fn(rewards, group_size, **kwargs) -> advantages``  GRPO stages
+``policy_losses``        a ``stages.losses.PolicyLossFn``                     GRPO stages, SWE RL
+``distillation_losses``  a ``stages.losses.DistillationLossFn``               MOPD
+``adapters``             ``fn(raw, spec, root) -> row(s)`` (``adapter:``)     ``cascade ingest``
+``domains``              the ``Verifier`` subclass grading an RL domain       schema, build, synthesis
+=======================  ===================================================  =============================
 
 The RL domains are the names of the ``domains`` group: the schema accepts exactly those (read from
 metadata, nothing imported), and a domain's verifier class says what synthesis makes of it
@@ -40,7 +41,8 @@ from typing import Any
 
 SINGULAR = {"verifiers": "verifier", "stages": "stage runner", "rollout_engines": "rollout engine",
             "train_engines": "train engine", "environments": "environment", "advantages": "advantage estimator",
-            "losses": "loss", "adapters": "adapter", "domains": "RL domain"}
+            "policy_losses": "policy loss", "distillation_losses": "distillation loss",
+            "adapters": "adapter", "domains": "RL domain"}
 KINDS = tuple(SINGULAR)
 
 

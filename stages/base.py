@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from common import plugins
 from stages.train_engine import OptimConfig
+
+if TYPE_CHECKING:
+    from stages.environment import Environment
 
 
 class EvalConfig(BaseModel):
@@ -43,12 +46,12 @@ class StageConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str
-    runner: str
+    runner: str = Field(json_schema_extra={"plugin": "stages"})
     enabled: bool = True  # False: the stage passes its init checkpoint through (stages/cli.py)
     datasets: list[str]
     seed: int = 0
     steps: int = Field(1, ge=1)  # optimizer steps
-    train_engine: str = "torch"  # torch | deepspeed
+    train_engine: str = Field("torch", json_schema_extra={"plugin": "train_engines"})  # torch | deepspeed
     zero_stage: int = Field(2, ge=0, le=3)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -62,7 +65,8 @@ class StageConfig(BaseModel):
     # AdamW state; stages.train_engine.in_precision), a vllm sampler in bf16 and
     # sampling.max_logprob_diff BF16_LOGPROB_DIFF (SamplingConfig.for_dtype); float32 by default
     dtype: Literal["float32", "bfloat16"] = "float32"
-    rollout_engine: str = "auto"  # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
+    # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
+    rollout_engine: str = Field("auto", json_schema_extra={"plugin": "rollout_engines"})
     # partial-layer mode: train only the top N decoder layers and the final norm (None: every parameter);
     # the backward stops below them (stages.train_engine.train_top_layers)
     trainable_layers: int | None = Field(None, ge=1)
@@ -95,11 +99,22 @@ class StageResult:
 
 
 class StageRunner(Protocol):
-    """A cascade stage: ``Runner(config).run(datasets, init_checkpoint)``."""
+    """A cascade stage: ``Runner(config, environment=None).run(datasets, init_checkpoint)``.
+
+    Attributes:
+        config_class: the runner's config (a :class:`StageConfig`); a field whose value names a plugin
+            says so in its metadata (``json_schema_extra={"plugin": "<kind>"}``, the entry-point group
+            ``cascade_rl.<kind>``), which is how ``tests/test_dvc_deps.py`` finds a stage's code.
+        cfg: the validated config of this stage (``cascade train`` reads ``enabled``, ``state_dir``, ``eval``).
+        environment: the environment the runner was given (tests, benchmarks, a library caller), or
+            ``None``: the runner builds its config's own, if it has one.
+    """
 
     config_class: ClassVar[type[StageConfig]]
+    cfg: StageConfig
+    environment: Environment | None
 
-    def __init__(self, config: StageConfig) -> None: ...
+    def __init__(self, config: StageConfig, environment: Environment | None = None) -> None: ...
 
     def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
         """Train from ``init_checkpoint`` (an HF model dir) on ``datasets``; write checkpoint + metrics."""

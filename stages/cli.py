@@ -83,7 +83,7 @@ def pass_through(runner: StageRunner, init: Path) -> StageResult:
     with StageRun(cfg, [], init) as run:
         run.counts["skipped"] = 1
         if record is None and cfg.eval.datasets:
-            return run.finish(_validate_base(run, cfg, getattr(runner, "environment", None)), curves=())
+            return run.finish(_validate_base(run, cfg, runner.environment), curves=())
         validation, scores = (record or {}).get("validation", {}), read_scores(init)
         return run.finish({d: {**m, **({SCORES: scores[d]} if d in scores else {})} for d, m in validation.items()},
                           curves=())
@@ -91,16 +91,18 @@ def pass_through(runner: StageRunner, init: Path) -> StageResult:
 
 def _validate_base(run: Any, cfg: StageConfig, environment: Any = None) -> dict[str, dict[str, Any]]:
     """Validation of the run's (untrained) policy on ``cfg.eval`` with its rollout engine, scored by
-    ``environment`` (else the config's ``environment``, else the verifiers)."""
-    from stages.environment import PromptBuilder, make_environment
+    ``environment`` (else the config's ``environment``, if it has one and it scores single answers, else
+    the verifiers: :meth:`~stages.runtime.StageRun.validation_environment`)."""
+    from stages.environment import PromptBuilder, grades_responses
     from stages.rollout import SamplingConfig
 
     sampling = getattr(cfg, "sampling", None) or SamplingConfig(batch_size=cfg.eval.batch_size)
     rollout = run.rollout_engine(cfg.rollout_engine, sampling)
     builder = PromptBuilder(run.tokenizer, getattr(cfg, "max_prompt_tokens", 1024))
-    name = getattr(cfg, "environment", "verifiers")
-    env = environment or make_environment("verifiers" if name == "genrm" else name)  # a judge scores groups only
-    return run.validate(rollout, builder, env)
+    name, kwargs = getattr(cfg, "environment", "verifiers"), getattr(cfg, "environment_kwargs", {})
+    if not grades_responses(name):  # never load a judge only to hand validation to the verifiers
+        name, kwargs = "verifiers", {}
+    return run.validate(rollout, builder, run.validation_environment(run.environment(name, kwargs, environment)))
 
 
 def describe_stages(params: dict[str, Any]) -> str:

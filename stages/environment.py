@@ -89,34 +89,54 @@ class PromptBuilder:
 
 
 class Environment(Protocol):
-    """Scores responses to RL rows."""
+    """Scores responses to RL rows: ``score`` is all an environment must have.
+
+    Attributes:
+        grades_responses: whether each response is scored alone (a verifier's verdict; True when an
+            environment does not say). False for an environment that scores groups (a pairwise judge):
+            per-domain validation, which scores single greedy answers, then uses the verifiers
+            (:meth:`stages.runtime.StageRun.validation_environment`).
+    """
+
+    grades_responses: bool
 
     def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float | None, bool]]:
         """One ``(reward, passed)`` per response, rewards in [0, 1]; ``None`` when the grader itself
         failed on that response (no verdict: trainers leave it out, never count it as 0)."""
 
+    def close(self) -> None:
+        """Optional: release what the environment holds (worker processes, a judge); called when the
+        run that built it ends."""
+
 
 class VerifierEnvironment:
-    """Rewards from the row's verifier (``agent_ref``) via ``validators.verifiers.verify_batch``.
+    """Rewards from the row's verifier (``agent_ref``) in the worker processes of one
+    :class:`~validators.verifiers.batch.VerifierPool`, kept for the environment's life (a stage run:
+    :meth:`stages.runtime.StageRun.environment` closes it at the end; a forked process starts its own).
 
     A verifier that hangs past ``timeout_s`` gives reward 0 for that response only; a verdict whose
     grader failed (``Verdict.error``, e.g. a sandbox that did not start twice) gives ``None``.
     """
 
-    def __init__(self, timeout_s: float = 10.0, workers: int = 2):
-        from validators.verifiers import verify_batch
+    grades_responses = True
 
-        self.verify_batch, self.timeout_s, self.workers = verify_batch, timeout_s, workers
+    def __init__(self, timeout_s: float = 10.0, workers: int = 2):
+        from validators.verifiers.batch import VerifierPool
+
+        self.pool = VerifierPool(workers, timeout_s)
 
     def score(self, responses: list[str], rows: list[dict[str, Any]]) -> list[tuple[float | None, bool]]:
-        verdicts = self.verify_batch(responses, rows, timeout_s=self.timeout_s, workers=self.workers)
-        if len(verdicts) != len(responses):
-            raise RuntimeError(f"verify_batch returned {len(verdicts)} verdicts for {len(responses)} responses")
+        verdicts = self.pool.verify(responses, rows)
         return [(None if v.error else float(v.reward), bool(v.passed)) for v in verdicts]
+
+    def close(self) -> None:
+        self.pool.close()
 
 
 class FunctionEnvironment:
     """Rewards from ``fn(response, row) -> float`` (``passed`` = reward >= 1)."""
+
+    grades_responses = True
 
     def __init__(self, fn: Callable[[str, dict[str, Any]], float]):
         self.fn = fn
@@ -155,12 +175,31 @@ class GenRMEnvironment:
     ``validators.verifiers.genrm.group_rewards`` turns its outputs into rewards in [0, 1]
     (malformed judgements are dropped there and counted in ``malformed``).
 
+    Entry point ``genrm`` of ``cascade_rl.environments`` (``environment_kwargs``: ``judge_model``,
+    ``strategy``, ``max_new_tokens``).
+
     Args:
         judge: rollout engine of the judge model; ``judge_tokenizer`` renders its prompts.
+        judge_model: instead of ``judge``: a checkpoint dir, served by the ``hf`` engine.
         strategy: ``circular`` | ``all_pairs``.
+
+    Raises:
+        ValueError: neither ``judge`` (with ``judge_tokenizer``) nor ``judge_model``.
     """
 
-    def __init__(self, judge: Any, judge_tokenizer: Any, strategy: str = "circular", max_new_tokens: int = 256):
+    grades_responses = False  # it ranks a group's responses against each other
+
+    def __init__(self, judge: Any = None, judge_tokenizer: Any = None, strategy: str = "circular",
+                 max_new_tokens: int = 256, judge_model: str | None = None):
+        if judge_model is not None:
+            from stages.checkpoints import load_checkpoint
+            from stages.rollout import HFRolloutEngine, SamplingConfig
+
+            model, judge_tokenizer = load_checkpoint(judge_model)
+            judge = HFRolloutEngine(model.eval(), judge_tokenizer, SamplingConfig())
+        if judge is None or judge_tokenizer is None:
+            raise ValueError("the genrm environment needs environment_kwargs judge_model (a checkpoint dir), or "
+                             "judge and judge_tokenizer")
         self.judge, self.tokenizer, self.strategy = judge, judge_tokenizer, strategy
         self.max_new_tokens, self.malformed, self.addressed_judge = max_new_tokens, 0, 0
 
@@ -193,17 +232,11 @@ class GenRMEnvironment:
             start = end
         return out
 
-
-def genrm_environment(judge_model: str | None = None, **kwargs: Any) -> GenRMEnvironment:
-    """Entry point ``genrm`` of ``cascade_rl.environments``: ``judge_model=DIR`` (a checkpoint served
-    by the ``hf`` engine) or ``judge=engine, judge_tokenizer=tok``; ``strategy``, ``max_new_tokens``."""
-    if judge_model is not None:
-        from stages.checkpoints import load_checkpoint
-        from stages.rollout import HFRolloutEngine, SamplingConfig
-
-        model, tok = load_checkpoint(judge_model)
-        kwargs.update(judge=HFRolloutEngine(model.eval(), tok, SamplingConfig()), judge_tokenizer=tok)
-    return GenRMEnvironment(**kwargs)
+    def close(self) -> None:
+        """Close the judge's engine (a no-op for the ``hf`` engine on an in-process model)."""
+        close = getattr(self.judge, "close", None)
+        if close is not None:
+            close()
 
 
 def make_environment(name: str, **kwargs: Any) -> Environment:
@@ -215,3 +248,13 @@ def make_environment(name: str, **kwargs: Any) -> Environment:
         ValueError: unknown name, listing the installed ones.
     """
     return plugins.load("environments", name)(**kwargs)
+
+
+def grades_responses(name: str) -> bool:
+    """Whether the environment installed as ``name`` scores each response alone (its factory's
+    ``grades_responses``, read without building it; True when the factory does not say).
+
+    Raises:
+        ValueError: unknown name, listing the installed ones.
+    """
+    return bool(getattr(plugins.load("environments", name), "grades_responses", True))

@@ -1,5 +1,16 @@
-"""Loss functions on plain tensors, installed by name (``loss: policy_gradient``; entry-point group
-``cascade_rl.losses``, the built-ins in ``pyproject.toml``).
+"""Loss functions on plain tensors, in typed families installed by name.
+
+Two families of on-policy losses, each a :class:`typing.Protocol` and an entry-point group (the built-ins
+in ``pyproject.toml``), as verl types ``PolicyLossFn`` and NeMo-RL its ``LossFunction``:
+
+- :class:`PolicyLossFn` (group ``cascade_rl.policy_losses``; ``loss: policy_gradient`` of GRPO and SWE RL):
+  per-token log-probs and one advantage per response (or per token) to a loss;
+- :class:`DistillationLossFn` (group ``cascade_rl.distillation_losses``; ``loss: mopd`` of MOPD): per-token
+  log-probs of the student, the sampler and the teacher to a loss.
+
+A name is looked up in its own family (:func:`get_policy_loss`, :func:`get_distillation_loss`), so a
+distillation loss configured as GRPO's is an unknown-name error listing the policy losses. SFT's
+cross-entropy (:func:`sft_loss`) is no plugin: the SFT runner computes it chunked through the LM head.
 
 Conventions: ``mask`` is bool/0-1 ``[B, T]`` over response (or supervised) tokens;
 masked positions never reach the result (``torch.where``, so even inf/NaN there is
@@ -10,24 +21,73 @@ exactly the loss of the window processed as one batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from common import plugins
 
-LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+
+class PolicyLossFn(Protocol):
+    """A policy-gradient loss (:func:`policy_gradient_loss` is the built-in ``policy_gradient``).
+
+    Args:
+        logprobs: float ``[B, T]`` log pi_theta of the sampled tokens, with a graph.
+        advantages: float ``[B]`` (one per response) or ``[B, T]``.
+        mask: bool ``[B, T]`` trained tokens.
+        num_tokens: the accumulation window's trained tokens (default ``mask.sum()``).
+        aggregation: :func:`aggregate`'s mode; max_len: Dr. GRPO's constant.
+        ref_logprobs: float ``[B, T]`` of the frozen reference (with ``kl_beta > 0``).
+        kl_beta, kl_estimator: the KL term (:func:`kl_penalty`).
+    Returns:
+        ``(loss, stats)``: a scalar with a graph, and floats already normalized by ``num_tokens``.
+    """
+
+    def __call__(self, logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                 num_tokens: float | None = None, aggregation: str = "token_mean", max_len: int | None = None,
+                 ref_logprobs: torch.Tensor | None = None, kl_beta: float = 0.0,
+                 kl_estimator: str = "k2") -> tuple[torch.Tensor, dict[str, float]]: ...
 
 
-def get_loss(name: str) -> LossFn:
-    """The loss installed as ``name`` (entry-point group ``cascade_rl.losses``, :mod:`common.plugins`).
+class DistillationLossFn(Protocol):
+    """An on-policy distillation loss (``stages.mopd.mopd_loss`` is the built-in ``mopd``).
+
+    Args:
+        logprobs: float ``[B, T]`` log pi_train of the sampled tokens, with a graph.
+        inf_logprobs: float ``[B, T]`` log pi_inf the sampler reported.
+        teacher_logprobs: float ``[B, T]`` log pi_teacher of the same tokens.
+        mask: bool ``[B, T]`` trained tokens.
+        num_tokens: the accumulation window's trained tokens (default ``mask.sum()``).
+        is_bounds: the importance-ratio bounds ``(lo, hi)`` of ``pi_train / pi_inf``.
+    Returns:
+        ``(loss, stats)``: a scalar with a graph, and floats already normalized by ``num_tokens``.
+    """
+
+    def __call__(self, logprobs: torch.Tensor, inf_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor,
+                 mask: torch.Tensor, *, num_tokens: float | None = None,
+                 is_bounds: tuple[float, float] = (0.5, 2.0)) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The policy loss installed as ``name`` (entry-point group ``cascade_rl.policy_losses``).
 
     Raises:
-        ValueError: unknown name, listing the installed ones.
+        ValueError: unknown name, listing the installed policy losses.
     """
-    return plugins.load("losses", name)
+    return plugins.load("policy_losses", name)
+
+
+def get_distillation_loss(name: str) -> DistillationLossFn:
+    """The distillation loss installed as ``name`` (entry-point group ``cascade_rl.distillation_losses``).
+
+    Raises:
+        ValueError: unknown name, listing the installed distillation losses.
+    """
+    return plugins.load("distillation_losses", name)
+
+
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",

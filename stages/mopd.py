@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,20 +36,12 @@ from common.io import write_json
 from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
-from stages.environment import PromptBuilder, make_environment
-from stages.grpo import (
-    GRPOStage,
-    micro_batches,
-    optimizer_step,
-    policy_batch,
-    response_logprobs,
-    rollout_stats,
-    sample_seed,
-)
-from stages.losses import aggregate, get_loss, kl_k3
-from stages.onpolicy import check_weights_version, logprob_diff_sum
+from stages.environment import Environment, PromptBuilder
+from stages.logprobs import policy_batch, response_logprobs
+from stages.losses import aggregate, get_distillation_loss, kl_k3
+from stages.onpolicy import Experience, OnPolicyLoop, SingleTurn, train_prompts
 from stages.rollout import Rollouts, SamplingConfig
-from stages.runtime import BatchCycle, StageRun
+from stages.runtime import StageRun
 from stages.train_engine import in_precision
 
 
@@ -62,14 +53,15 @@ class MOPDConfig(StageConfig):
     micro_batch_size: int = Field(8, ge=1)         # sequences per forward/backward
     max_prompt_tokens: int = 1024                  # longer prompts are dropped and counted
     max_rows_per_dataset: int | None = None        # first rows of each train set (None: all)
-    loss: str = "mopd"
+    loss: str = Field("mopd", json_schema_extra={"plugin": "distillation_losses"})
     is_bounds: tuple[float, float] = (0.5, 2.0)    # ICE-POP bounds on r = pi_train / pi_inf (2°)
     teachers: dict[str, str] = Field(default_factory=dict)  # domain -> stage name or checkpoint dir
     teacher_metric: str = "reward"                 # validation metric that ranks default teachers
     teacher_memory_mb: float = Field(0.0, ge=0)    # teachers kept loaded together (0: one at a time)
     mask_truncated: bool = False                   # a truncated response still has per-token signal
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # recipe: temperature 1, top-p 1
-    environment: str = "verifiers"                 # scores validation and the samples' reward curve (not trained on)
+    # scores validation and the samples' reward curve (not trained on)
+    environment: str = Field("verifiers", json_schema_extra={"plugin": "environments"})
     environment_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("is_bounds")
@@ -257,46 +249,65 @@ def _padded(rows: list[torch.Tensor | list[float]], width: int) -> torch.Tensor:
     return out
 
 
-def accumulate_distillation(model: Any, backward: Any, rollouts: Rollouts, teacher_lps: list[torch.Tensor],
-                            indices: list[int], cfg: MOPDConfig, pad_id: int) -> dict[str, float]:
-    """Backward the MOPD loss of samples ``indices`` in micro-batches of ``cfg.micro_batch_size``.
+class Distillation:
+    """The MOPD algorithm of the on-policy loop (:class:`stages.onpolicy.Algorithm`): each sample's
+    teacher (its row's domain) scores the sampled tokens, every sample is trained (truncated ones too,
+    unless ``cfg.mask_truncated``), with ``cfg.loss`` (a :class:`~stages.losses.DistillationLossFn`) of the
+    student, sampler and teacher log-probs. Step metrics: ``reverse_kl/<domain>`` (k1 with the sampler's
+    log-probs, over the global batch) and ``teacher_s``.
 
-    Every micro-batch loss is normalized by the response tokens of all ``indices`` of every
-    data-parallel rank (all-reduced; :func:`~stages.grpo.micro_batches` pads the ranks to one count),
-    so the accumulated gradient, summed over ranks, equals that of one batch holding them all. Returns
-    ``loss`` and the :func:`mopd_loss` stats summed over the global window (window token means), and
-    ``logprob_diff`` (mean |trainer - sampler| log-prob of the trained tokens, :mod:`stages.onpolicy`).
+    Args:
+        cfg: the stage's :class:`MOPDConfig`; teachers: ``{domain: checkpoint dir}``; pool: where they load.
+        pad_id: the rollout engine's pad token.
     """
-    num_tokens = int(distributed.total(sum(len(rollouts.response_ids[i]) for i in indices)))
-    loss_fn = get_loss(cfg.loss)
-    totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
-    for chunk, weight in micro_batches(indices, cfg.micro_batch_size):
-        batch = policy_batch(rollouts, chunk, pad_id)
-        lp = response_logprobs(model, batch, cfg.sampling.temperature, chunk=cfg.loss_chunk_tokens)
-        mask = batch["response_mask"].to(lp.device)
-        width = lp.shape[1]
-        loss, stats = loss_fn(lp, _padded([rollouts.logprobs[i] for i in chunk], width).to(lp.device),
-                              _padded([teacher_lps[i] for i in chunk], width).to(lp.device), mask,
-                              num_tokens=num_tokens, is_bounds=cfg.is_bounds)
-        backward(loss * weight)
-        if not weight:  # a padding micro-batch: nothing to count
-            continue
-        totals["logprob_diff"] += logprob_diff_sum(lp, rollouts, chunk, mask) / max(num_tokens, 1)
-        totals["loss"] += float(loss.detach())
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + v
-    return distributed.all_reduce_sum(totals)
+
+    curves = ("reward_mean", "loss", "entropy", "reverse_kl", "is_dropped", "response_tokens")
+
+    def __init__(self, cfg: MOPDConfig, teachers: dict[str, Path], pool: TeacherPool, pad_id: int):
+        self.cfg, self.teachers, self.pool, self.pad_id = cfg, teachers, pool, pad_id
+        self.loss_fn = get_distillation_loss(cfg.loss)
+
+    def prepare(self, experience: Experience) -> tuple[list[int], dict[str, float]]:
+        """Teacher log-probs of every sample; the samples trained."""
+        t0, ro, rows = time.perf_counter(), experience.rollouts, experience.rows
+        self.rollouts = ro
+        self.teacher_lps = teacher_logprobs(self.pool, [self.teachers[r["domain"]] for r in rows], ro,
+                                            self.cfg.micro_batch_size, self.pad_id, self.cfg.sampling.temperature)
+        indices = [i for i in range(len(ro)) if not (self.cfg.mask_truncated and ro.truncated[i])]
+        # per sample: domain, response tokens, sum of sampler - teacher log-probs (k1)
+        samples = distributed.gather([(r["domain"], len(self.teacher_lps[i]),
+                                       float((torch.tensor(ro.logprobs[i]) - self.teacher_lps[i].cpu()).sum()))
+                                      for i, r in enumerate(rows)])
+        stats: dict[str, float] = {}
+        for domain in sorted({s[0] for s in samples}):
+            mine = [s for s in samples if s[0] == domain]
+            stats[f"reverse_kl/{domain}"] = sum(s[2] for s in mine) / max(sum(s[1] for s in mine), 1)
+        return indices, {**stats, "teacher_s": time.perf_counter() - t0}
+
+    def loss(self, logprobs: torch.Tensor, mask: torch.Tensor, chunk: list[int], batch: dict[str, torch.Tensor],
+             window: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+        width, device = logprobs.shape[1], logprobs.device
+        loss, stats = self.loss_fn(logprobs, _padded([self.rollouts.logprobs[i] for i in chunk], width).to(device),
+                                   _padded([self.teacher_lps[i] for i in chunk], width).to(device), mask,
+                                   num_tokens=int(window["tokens"]), is_bounds=self.cfg.is_bounds)
+        stats.pop("entropy", None)  # the loop logs the entropy of every algorithm's trained tokens
+        return loss, stats
 
 
-class MOPDStage(GRPOStage):
-    """Stage runner ``mopd`` (entry point ``cascade_rl.stages``); shares the GRPO stage's prompt loading.
+class MOPDStage:
+    """Stage runner ``mopd`` (entry point ``cascade_rl.stages``).
 
     Args:
         config: :class:`MOPDConfig`.
-        environment: scores the per-domain validation (default: ``make_environment(cfg.environment)``).
+        environment: scores the per-domain validation and the samples' reward curve (default:
+            ``cfg.environment`` built from ``cfg.environment_kwargs``).
     """
 
     config_class: ClassVar[type[MOPDConfig]] = MOPDConfig
+
+    def __init__(self, config: MOPDConfig, environment: Environment | None = None):
+        self.cfg = config
+        self.environment = environment
 
     def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
         """Distil ``cfg.steps`` steps from the domains' teachers into ``init_checkpoint``.
@@ -309,7 +320,7 @@ class MOPDStage(GRPOStage):
         with StageRun(cfg, datasets, init_checkpoint) as run:
             engine, tok = run.engine, run.tokenizer
             builder = PromptBuilder(tok, cfg.max_prompt_tokens)
-            items, dropped = self._train_rows(datasets, builder)
+            items, dropped = train_prompts(datasets, builder, cfg.name, cfg.seed, cfg.max_rows_per_dataset)
             domains = sorted({row["domain"] for row, _ in items})
             if "teachers" in run.extra:  # resumed: the teachers the run started with
                 teachers = {d: Path(p) for d, p in run.extra["teachers"].items()}
@@ -320,41 +331,16 @@ class MOPDStage(GRPOStage):
             for domain, path in teachers.items():
                 check_vocabulary(engine.module, tok, init_checkpoint, path, domain)
             run.counts.update(dropped, train_prompts=len(items))
-            env = self.environment or make_environment(cfg.environment, **cfg.environment_kwargs)
+            env = run.environment(cfg.environment, cfg.environment_kwargs, self.environment)
             rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
-            pool, n = TeacherPool(cfg.teacher_memory_mb, cfg.dtype, run.device), cfg.rollouts_per_prompt
-            batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
-            for step in run.progress(cfg.steps):
-                t0 = time.perf_counter()
-                batch, first = distributed.shard(batches.next(), f"cascade.stages.{cfg.name}.prompts_per_step")
-                check_weights_version(rollout.weights_version, run.updates, cfg.name)
-                with engine.gathered():
-                    ro = rollout.generate([b[1] for b in batch], n=n,
-                                          seed=sample_seed(cfg.seed, step, cfg.prompts_per_step * n, first * n))
-                t_gen = time.perf_counter() - t0
-                rows = [b[0] for b in batch for _ in range(n)]
-                t_lps = teacher_logprobs(pool, [teachers[r["domain"]] for r in rows], ro, cfg.micro_batch_size,
-                                         rollout.pad, cfg.sampling.temperature)
-                t_teach = time.perf_counter() - t0 - t_gen
-                indices = [i for i in range(len(ro)) if not (cfg.mask_truncated and ro.truncated[i])]
-                # per sample: domain, response tokens, truncated, sum of sampler - teacher log-probs (k1)
-                samples = distributed.gather([(r["domain"], len(t_lps[i]), ro.truncated[i],
-                                               float((torch.tensor(ro.logprobs[i]) - t_lps[i].cpu()).sum()))
-                                              for i, r in enumerate(rows)])
-                # the verifiers' reward of the samples: not trained on, the curve every stage shows
-                stats: dict[str, float] = rollout_stats(ro, rows, env.score(ro.texts, rows))
-                for domain in sorted({s[0] for s in samples}):  # k1 with the sampler's log-probs
-                    mine = [s for s in samples if s[0] == domain]
-                    stats[f"reverse_kl/{domain}"] = sum(s[3] for s in mine) / max(sum(s[1] for s in mine), 1)
-                stats.update(optimizer_step(run, engine, rollout, indices, partial(  # none left: skipped, counted
-                    accumulate_distillation, engine.model, engine.backward, ro, t_lps, indices, cfg, rollout.pad)))
-                stats.update(generate_s=t_gen, teacher_s=t_teach, step_s=time.perf_counter() - t0)
-                stats["tokens_per_s"] = stats["response_tokens"] * len(samples) / stats["step_s"]  # sampled
-                run.log(step, stats)
+            pool = TeacherPool(cfg.teacher_memory_mb, cfg.dtype, run.device)
+            algorithm = Distillation(cfg, teachers, pool, rollout.pad)
+            collect = SingleTurn(rollout, env, cfg.rollouts_per_prompt, cfg.seed, cfg.prompts_per_step,
+                                 engine.gathered)
+            OnPolicyLoop(run, rollout, collect, algorithm).train(items)
             run.counts["teacher_loads"] = pool.loads
-            validation = run.validate(rollout, builder, env)
-            result = run.finish(validation, curves=("reward_mean", "loss", "entropy", "reverse_kl", "is_dropped",
-                                                    "response_tokens"))
+            validation = run.validate(rollout, builder, run.validation_environment(env))
+            result = run.finish(validation, curves=algorithm.curves)
         if distributed.is_main():
             record = read_record(result.checkpoint)
             record["teachers"] = {d: str(p) for d, p in teachers.items()}

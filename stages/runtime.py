@@ -176,6 +176,24 @@ class StageRun:
         self._restore.callback(rollout.close)
         return rollout
 
+    def environment(self, name: str, kwargs: dict[str, Any], given: Any = None) -> Any:
+        """The stage's :class:`~stages.environment.Environment`: ``given`` (a runner's own, closed by its
+        owner), else ``name`` (entry point of ``cascade_rl.environments``) built from ``kwargs`` and
+        closed when the run ends (a verifier environment's worker pool lives for the whole run)."""
+        from stages.environment import make_environment
+
+        if given is not None:
+            return given
+        env = make_environment(name, **kwargs)
+        if hasattr(env, "close"):
+            self._restore.callback(env.close)
+        return env
+
+    def validation_environment(self, env: Any) -> Any:
+        """``env`` when it scores each response alone, else the verifiers (per-domain validation scores
+        single greedy answers; a judge scores groups: ``Environment.grades_responses``)."""
+        return env if getattr(env, "grades_responses", True) else self.environment("verifiers", {})
+
     def reference_model(self) -> Any:
         """The KL reference: the init checkpoint loaded again (never a copy of the policy, which may
         be partitioned or already trained), frozen, in eval mode, run in the stage's ``dtype``

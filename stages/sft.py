@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from pydantic import Field
@@ -30,6 +30,9 @@ from stages.lm_head import final_hidden_states, head_logprobs, model_device
 from stages.losses import sft_target_mask
 from stages.runtime import StageRun
 from stages.train_engine import compute_dtype
+
+if TYPE_CHECKING:
+    from stages.environment import Environment
 
 
 class SFTConfig(StageConfig):
@@ -45,7 +48,8 @@ class SFTConfig(StageConfig):
     max_tokens: int | None = 2048            # window length (None: whole packs)
     split: str = "train"
     validation_windows: int = 4              # held-out windows (validation split) for val_loss
-    environment: str = "verifiers"           # scores the per-domain RL validation (cfg.eval)
+    # scores the per-domain RL validation (cfg.eval)
+    environment: str = Field("verifiers", json_schema_extra={"plugin": "environments"})
     max_prompt_tokens: int = 1024
 
 
@@ -175,12 +179,18 @@ class WindowStream:
 
 
 class SFTStage:
-    """Stage runner ``sft`` (entry point ``cascade_rl.stages``)."""
+    """Stage runner ``sft`` (entry point ``cascade_rl.stages``).
+
+    Args:
+        config: :class:`SFTConfig`.
+        environment: scores the per-domain RL validation (default: ``cfg.environment``).
+    """
 
     config_class: ClassVar[type[SFTConfig]] = SFTConfig
 
-    def __init__(self, config: SFTConfig):
+    def __init__(self, config: SFTConfig, environment: Environment | None = None):
         self.cfg = config
+        self.environment = environment
 
     def _windows(self, datasets: list[Path], split: str, counts: dict[str, int]) -> WindowStream:
         packs = [(ds, i) for ds in (PackedDataset(_pack_file(d, split)) for d in datasets) for i in range(len(ds))]
@@ -234,12 +244,12 @@ class SFTStage:
         run.log_.rows[-1]["val_loss"] = run.last["val_loss"]
         validation: dict[str, dict[str, float]] = {}
         if cfg.eval.datasets:
-            from stages.environment import PromptBuilder, make_environment
+            from stages.environment import PromptBuilder
             from stages.rollout import SamplingConfig
 
             rollout = run.rollout_engine(cfg.rollout_engine, SamplingConfig(batch_size=cfg.eval.batch_size))
             with run.engine.gathered():
                 rollout.sync_weights(run.engine.module)  # the engine starts from the init checkpoint
             validation.update(run.validate(rollout, PromptBuilder(run.tokenizer, cfg.max_prompt_tokens),
-                                           make_environment(cfg.environment)))
+                                           run.environment(cfg.environment, {}, self.environment)))
         return validation

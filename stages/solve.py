@@ -11,8 +11,8 @@ For each problem of an RL set (math, code, any verifiable domain) and a budget o
    setting, reported as such);
 3. a problem whose check passes stops; the others get the feedback as a user turn and try again.
 
-Every answer is graded by the row's full verifier (``validators.verifiers.verify_batch``). The
-report gives, per round, ``pass_rate``: the share of problems whose latest answer passes the full
+Every answer is graded by the row's full verifier (one ``validators.verifiers.batch.VerifierPool`` for the
+run). The report gives, per round, ``pass_rate``: the share of problems whose latest answer passes the full
 verifier after that round (cumulative: a solved problem stays solved), and ``checked_rate``: the
 share whose check passed. Works with any HF checkpoint: a directory, a stage name of the checkpoint
 registry (``data/checkpoints/<stage>``) or ``best:<domain>`` (:class:`stages.checkpoints.CheckpointRegistry`).
@@ -105,7 +105,7 @@ def solve(engine: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: SolveCon
         ValueError: unknown ``cfg.feedback``.
     """
     from stages.environment import PromptBuilder, PromptTooLong
-    from validators.verifiers import verify_batch
+    from validators.verifiers.batch import VerifierPool
 
     if cfg.feedback not in ("public", "verifier"):
         raise ValueError(f"feedback {cfg.feedback!r}: expected 'public' or 'verifier'")
@@ -124,35 +124,38 @@ def solve(engine: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: SolveCon
     passed, checked = [False] * n, [False] * n
     solved_round: list[int | None] = [None] * n
     report = []
-    for rnd in range(1, cfg.rounds + 1):
-        active = [i for i in range(n) if not checked[i]]
-        if not active:
-            report.append({"round": rnd, "pass_rate": sum(passed) / max(n, 1), "checked_rate": sum(checked) / max(n, 1),
-                           "active": 0, "generate_s": 0.0, "verify_s": 0.0})
-            continue
-        t0 = time.perf_counter()
-        prompts = [tokenizer.apply_chat_template(chats[i], tools=tools[i], add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False) for i in active]
-        texts = engine.generate(prompts, n=1, greedy=cfg.greedy, max_new_tokens=cfg.max_new_tokens).texts
-        t1 = time.perf_counter()
-        verdicts = verify_batch(texts, [kept[i] for i in active], timeout_s=cfg.timeout_s)
-        pub_rows = [public_row(kept[i]) if cfg.feedback == "public" else None for i in active]
-        has_pub = [k for k, r in enumerate(pub_rows) if r is not None]
-        pub = dict(zip(has_pub, verify_batch([texts[k] for k in has_pub], [pub_rows[k] for k in has_pub],
-                                             timeout_s=cfg.timeout_s), strict=True)) if has_pub else {}
-        for k, i in enumerate(active):
-            passed[i] = verdicts[k].passed
-            if passed[i] and solved_round[i] is None:
-                solved_round[i] = rnd
-            check = pub.get(k, verdicts[k])
-            checked[i] = check.passed
-            if not check.passed:
-                note = feedback_text(check, pub_rows[k] if k in pub else kept[i], cfg.feedback_chars) \
-                    if (k in pub or cfg.feedback == "verifier") else GENERIC_FEEDBACK
-                chats[i] = chats[i] + [{"role": "assistant", "content": texts[k]}, {"role": "user", "content": note}]
-        report.append({"round": rnd, "pass_rate": sum(passed) / max(n, 1), "checked_rate": sum(checked) / max(n, 1),
-                       "active": len(active), "generate_s": round(t1 - t0, 2),
-                       "verify_s": round(time.perf_counter() - t1, 2)})
+    with VerifierPool(2, cfg.timeout_s) as pool:  # one set of verifier workers for every round
+        for rnd in range(1, cfg.rounds + 1):
+            active = [i for i in range(n) if not checked[i]]
+            if not active:
+                report.append({"round": rnd, "pass_rate": sum(passed) / max(n, 1),
+                               "checked_rate": sum(checked) / max(n, 1), "active": 0, "generate_s": 0.0, "verify_s": 0.0})
+                continue
+            t0 = time.perf_counter()
+            prompts = [tokenizer.apply_chat_template(chats[i], tools=tools[i], add_generation_prompt=True,
+                                                     tokenize=True, return_dict=False) for i in active]
+            texts = engine.generate(prompts, n=1, greedy=cfg.greedy, max_new_tokens=cfg.max_new_tokens).texts
+            t1 = time.perf_counter()
+            verdicts = pool.verify(texts, [kept[i] for i in active])
+            pub_rows = [public_row(kept[i]) if cfg.feedback == "public" else None for i in active]
+            has_pub = [k for k, r in enumerate(pub_rows) if r is not None]
+            pub = dict(zip(has_pub, pool.verify([texts[k] for k in has_pub], [pub_rows[k] for k in has_pub]),
+                           strict=True)) if has_pub else {}
+            for k, i in enumerate(active):
+                passed[i] = verdicts[k].passed
+                if passed[i] and solved_round[i] is None:
+                    solved_round[i] = rnd
+                check = pub.get(k, verdicts[k])
+                checked[i] = check.passed
+                if not check.passed:
+                    note = feedback_text(check, pub_rows[k] if k in pub else kept[i], cfg.feedback_chars) \
+                        if (k in pub or cfg.feedback == "verifier") else GENERIC_FEEDBACK
+                    chats[i] = chats[i] + [{"role": "assistant", "content": texts[k]},
+                                           {"role": "user", "content": note}]
+            report.append({"round": rnd, "pass_rate": sum(passed) / max(n, 1),
+                           "checked_rate": sum(checked) / max(n, 1), "active": len(active), "generate_s": round(t1 - t0, 2),
+                           "verify_s": round(time.perf_counter() - t1, 2)})
+
     return {"rounds": report, "problems": n, "skipped_prompt_too_long": len(rows) - n, "solved_round": solved_round}
 
 

@@ -1,6 +1,7 @@
 """SWE RL (recipe: the last Cascade RL stage): multi-turn GRPO on agent episodes with execution reward.
 
-Per optimizer step:
+Per optimizer step (the shared strict on-policy loop, :class:`stages.onpolicy.OnPolicyLoop`, with the
+GRPO algorithm :class:`stages.grpo.PolicyGradient` and the :class:`AgentEpisodes` collector):
   1. take ``prompts_per_step`` SWE tasks (seeded shuffle of the stage's task sets, cycled);
   2. run ``group_size`` episodes per task with the current policy
      (:class:`stages.swe_policy.ModelPolicy` over the rollout engine, tools in the sandbox);
@@ -19,30 +20,20 @@ from __future__ import annotations
 
 import random
 import time
-from functools import partial
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
 from pydantic import Field
 
 from stages import distributed
-from stages.advantages import get_advantage
-from stages.environment import (
-    PromptBuilder,
-    PromptTooLong,
-    load_rl_rows,
-    make_environment,
-)
-from stages.grpo import (
-    GRPOConfig,
-    accumulate_policy_gradient,
-    optimizer_step,
-    select_for_training,
-)
-from stages.onpolicy import check_weights_version
+from stages.base import StageResult
+from stages.environment import Environment, PromptBuilder, PromptTooLong, load_rl_rows
+from stages.grpo import GRPOConfig, PolicyGradient
+from stages.onpolicy import Experience, OnPolicyLoop
 from stages.rollout import Rollouts
-from stages.runtime import BatchCycle, StageRun
+from stages.runtime import StageRun
 from stages.swe_policy import ModelPolicy
 from validators.swe.environment import (
     AgentConfig,
@@ -87,14 +78,57 @@ def summarize(results: list[EpisodeResult]) -> dict[str, float]:
     return out
 
 
+def run_batch(policy: ModelPolicy, batch: list[tuple[dict[str, Any], SWEEnvironment]]) -> list[EpisodeResult]:
+    """Run the batch's episodes, one :func:`run_episodes` call per environment, results in batch order."""
+    results: dict[int, EpisodeResult] = {}
+    for env in dict.fromkeys(e for _, e in batch):
+        idx = [i for i, (_, e) in enumerate(batch) if e is env]
+        for i, res in zip(idx, run_episodes(env, policy, [batch[i][0] for i in idx]), strict=True):
+            results[i] = res
+    return [results[i] for i in range(len(batch))]
+
+
+class AgentEpisodes:
+    """Collector of agent episodes (:class:`stages.onpolicy.Collector`): ``group_size`` episodes per task
+    item ``(row, SWEEnvironment)`` with ``policy`` on gathered weights; reward and pass from the tests
+    after the episode, the model's own tokens trained (:func:`episode_rollouts`). Step metrics:
+    :func:`summarize` over the global batch, ``reward_mean``, ``model_tokens``, ``episode_tokens``
+    (means per episode) and ``episodes_s``."""
+
+    def __init__(self, policy: ModelPolicy, group_size: int, gathered: Callable[[], AbstractContextManager[Any]]):
+        self.policy, self.group_size, self.gathered = policy, group_size, gathered
+
+    def __call__(self, batch: list[tuple[dict[str, Any], SWEEnvironment]], first: int, step: int) -> Experience:
+        t0 = time.perf_counter()
+        group = [b for b in batch for _ in range(self.group_size)]
+        with self.gathered():
+            results = run_batch(self.policy, group)
+        ro, masks = episode_rollouts(results, self.group_size)
+        every = distributed.gather([(r, sum(m), len(ids)) for r, m, ids in zip(results, masks, ro.response_ids,
+                                                                                strict=True)])
+        stats = {**{k: v for k, v in summarize([e[0] for e in every]).items() if k != "rows"},
+                 "reward_mean": sum(e[0].grade.reward for e in every) / len(every),
+                 "model_tokens": sum(e[1] for e in every) / len(every),
+                 "episode_tokens": sum(e[2] for e in every) / len(every), "episodes_s": time.perf_counter() - t0}
+        return Experience(ro, [row for row, _ in group], [(r.grade.reward, r.grade.passed) for r in results],
+                          loss_masks=masks, stats=stats)
+
+
 class SWERLStage:
     """Stage runner ``swe_rl`` (entry point ``cascade_rl.stages``); datasets are SWE task sets
-    (directories with ``train.parquet``/``validation.parquet`` and ``repos/``, from ``cascade swe_tasks``)."""
+    (directories with ``train.parquet``/``validation.parquet`` and ``repos/``, from ``cascade swe_tasks``).
+
+    Args:
+        config: :class:`SWERLConfig`.
+        environment: scores the per-domain validation of ``eval.datasets`` (default: the verifiers);
+            the episodes are graded by each task set's :class:`~validators.swe.environment.SWEEnvironment`.
+    """
 
     config_class: ClassVar[type[SWERLConfig]] = SWERLConfig
 
-    def __init__(self, config: SWERLConfig):
+    def __init__(self, config: SWERLConfig, environment: Environment | None = None):
         self.cfg = config
+        self.environment = environment
 
     def _items(self, datasets: list[Path], split: str, builder: PromptBuilder,
                limit: int | None) -> tuple[list[tuple[dict, SWEEnvironment]], int]:
@@ -112,18 +146,12 @@ class SWERLStage:
                 items.append((row, env))
         return items, too_long
 
-    @staticmethod
-    def _episodes(policy: ModelPolicy, batch: list[tuple[dict, SWEEnvironment]]) -> list[EpisodeResult]:
-        """Run the batch's episodes, one :func:`run_episodes` call per environment, results in batch order."""
-        results: dict[int, EpisodeResult] = {}
-        for env in dict.fromkeys(e for _, e in batch):
-            idx = [i for i, (_, e) in enumerate(batch) if e is env]
-            for i, res in zip(idx, run_episodes(env, policy, [batch[i][0] for i in idx]), strict=True):
-                results[i] = res
-        return [results[i] for i in range(len(batch))]
+    def run(self, datasets: list[Path], init_checkpoint: Path) -> StageResult:
+        """Train ``cfg.steps`` multi-turn GRPO steps from ``init_checkpoint``; returns checkpoint + metrics paths.
 
-    def run(self, datasets: list[Path], init_checkpoint: Path):
-        """Train ``cfg.steps`` multi-turn GRPO steps from ``init_checkpoint``; returns checkpoint + metrics paths."""
+        Raises:
+            ValueError: no SWE task, or a row that is not a SWE task.
+        """
         cfg = self.cfg
         with StageRun(cfg, datasets, init_checkpoint) as run:
             engine, tok = run.engine, run.tokenizer
@@ -135,38 +163,16 @@ class SWERLStage:
                                  f"({too_long} prompts longer than max_prompt_tokens={cfg.max_prompt_tokens})")
             random.Random(cfg.seed).shuffle(items)
             run.counts.update(prompt_too_long=too_long, train_tasks=len(items))
-            advantage = get_advantage(cfg.advantage)
             policy = ModelPolicy(rollout, tok, builder, cfg.sampling.max_new_tokens, cfg.max_context_tokens)
-            batches = run.resumable(BatchCycle(items, cfg.prompts_per_step))
-            for step in run.progress(cfg.steps):
-                t0 = time.perf_counter()
-                batch, _ = distributed.shard(batches.next(), f"cascade.stages.{cfg.name}.prompts_per_step")
-                group = [b for b in batch for _ in range(cfg.group_size)]
-                check_weights_version(rollout.weights_version, run.updates, cfg.name)
-                with engine.gathered():
-                    results = self._episodes(policy, group)
-                t_episodes = time.perf_counter() - t0
-                rewards = torch.tensor([r.grade.reward for r in results], dtype=torch.float32)
-                ro, masks = episode_rollouts(results, cfg.group_size)
-                adv = advantage(rewards, cfg.group_size, **cfg.advantage_kwargs)
-                indices, filt = select_for_training(rewards, torch.tensor(ro.truncated), cfg)
-                every = distributed.gather([(r, sum(m), len(ids)) for r, m, ids in zip(results, masks, ro.response_ids,
-                                                                                        strict=True)])
-                stats = {**{k: v for k, v in summarize([e[0] for e in every]).items() if k != "rows"},
-                         "reward_mean": sum(e[0].grade.reward for e in every) / len(every),
-                         "model_tokens": sum(e[1] for e in every) / len(every),
-                         "episode_tokens": sum(e[2] for e in every) / len(every), **distributed.all_reduce_sum(filt)}
-                stats.update(optimizer_step(run, engine, rollout, indices, partial(
-                    accumulate_policy_gradient, engine.model, engine.backward, ro, adv, indices, cfg, rollout.pad,
-                    loss_masks=masks, max_len=cfg.max_context_tokens)))
-                stats.update(episodes_s=t_episodes, step_s=time.perf_counter() - t0)
-                run.log(step, stats)
-            validation = run.validate(rollout, builder, make_environment("verifiers"))
+            algorithm = PolicyGradient(cfg, run.reference_model() if cfg.kl_beta or cfg.track_kl else None,
+                                       max_len=cfg.max_context_tokens)
+            OnPolicyLoop(run, rollout, AgentEpisodes(policy, cfg.group_size, engine.gathered), algorithm).train(items)
+            validation = run.validate(rollout, builder, run.environment("verifiers", {}, self.environment))
             val_items, _ = self._items(datasets, "validation", builder, cfg.validation_rows)
             if val_items:
                 greedy = ModelPolicy(rollout, tok, builder, cfg.sampling.max_new_tokens, cfg.max_context_tokens,
                                      greedy=True)
                 with engine.gathered():  # rank 0 runs the episodes, every rank gets the summary
-                    summary = summarize(self._episodes(greedy, val_items)) if distributed.is_main() else None
+                    summary = summarize(run_batch(greedy, val_items)) if distributed.is_main() else None
                 validation["swe"] = distributed.broadcast(summary)
             return run.finish(validation, curves=("reward_mean", "loss", "steps", "model_tokens"))

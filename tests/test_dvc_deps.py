@@ -28,9 +28,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("corpora", "curation", "packing", "validators", "stages", "common")
-# config field of a stage runner -> the entry-point group that resolves its value
-PLUGIN_FIELDS = {"runner": "stages", "environment": "environments", "advantage": "advantages", "loss": "losses",
-                 "rollout_engine": "rollout_engines", "train_engine": "train_engines"}
+
+
+def plugin_fields(cfg: Any) -> dict[str, str]:
+    """Config field of a stage runner -> the entry-point kind that resolves its value, as the field's
+    metadata declares it (``json_schema_extra={"plugin": kind}``, :class:`stages.base.StageRunner`)."""
+    return {f: (info.json_schema_extra or {})["plugin"] for f, info in type(cfg).model_fields.items()
+            if isinstance(info.json_schema_extra, dict) and "plugin" in info.json_schema_extra}
 
 
 def module_file(name: str) -> Path | None:
@@ -155,8 +159,8 @@ def entry_modules(cmd: str, params: dict[str, Any]) -> set[str]:
     if argv[1] == "train":
         cfg = build_runner(argv[2], stage_settings(params, argv[2])[0]).cfg
         found = function_imports("stages.cli", "train")
-        found |= {plugin_module(kind, getattr(cfg, f)) for f, kind in PLUGIN_FIELDS.items()
-                  if f != "rollout_engine" and hasattr(cfg, f)}
+        found |= {plugin_module(kind, getattr(cfg, f)) for f, kind in plugin_fields(cfg).items()
+                  if f != "rollout_engine"}
         found |= engines(cfg.rollout_engine)
         return found | verifiers({d for ds in [*cfg.datasets, *cfg.eval.datasets] for d in set_domains(ds, params)})
     if argv[1] == "report":

@@ -15,10 +15,9 @@ from stages.grpo import (
     GRPOConfig,
     GRPOStage,
     accumulate_policy_gradient,
-    policy_batch,
-    response_logprobs,
     select_for_training,
 )
+from stages.logprobs import policy_batch, response_logprobs
 from stages.rollout import HFRolloutEngine, Rollouts, SamplingConfig
 from tests.rows import StartsWith, rl_table
 from tests.tiny_lm import smollm2_tokenizer, tiny_llama

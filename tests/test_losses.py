@@ -7,7 +7,8 @@ import torch
 
 from stages.losses import (
     aggregate,
-    get_loss,
+    get_distillation_loss,
+    get_policy_loss,
     kl_k3,
     kl_penalty,
     policy_gradient_loss,
@@ -121,10 +122,17 @@ def test_sft_loss_equals_hand_computation_over_the_window():
     assert sft_loss(logits, labels, position_ids=position_ids, num_tokens=10)[0].item() == pytest.approx(hand / 10)
 
 
-def test_loss_registry_names():
-    assert get_loss("policy_gradient") is policy_gradient_loss and get_loss("sft") is sft_loss
-    with pytest.raises(ValueError, match="no loss 'ppo'"):
-        get_loss("ppo")
+def test_loss_registry_names_each_family_apart():
+    from stages.mopd import mopd_loss
+
+    assert get_policy_loss("policy_gradient") is policy_gradient_loss
+    assert get_distillation_loss("mopd") is mopd_loss
+    with pytest.raises(ValueError, match="no policy loss 'ppo'"):
+        get_policy_loss("ppo")
+    with pytest.raises(ValueError, match="no policy loss 'mopd'.*installed: policy_gradient"):
+        get_policy_loss("mopd")  # a distillation loss is not a GRPO loss
+    with pytest.raises(ValueError, match="no distillation loss 'sft'"):
+        get_distillation_loss("sft")
 
 
 @pytest.mark.parametrize(("estimator", "divergence"), [("k1", None), ("k2", "reverse"), ("k3", "forward")])

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from stages.losses import get_loss, kl_k3
+from stages.losses import get_distillation_loss, kl_k3
 from stages.mopd import distill_advantages, ice_pop_weights, mopd_loss
 from tests.handed import handed_case
 
@@ -96,7 +96,7 @@ def test_window_normalisation_makes_two_micro_batches_equal_one_batch():
     inf = train + 0.3 * torch.randn(4, 6, generator=g)
     teacher = torch.randn(4, 6, generator=g).log_softmax(-1)
     mask = torch.rand(4, 6, generator=g) > 0.3
-    loss_fn = get_loss("mopd")
+    loss_fn = get_distillation_loss("mopd")
     full, grads = [], []
     for splits in ([slice(0, 4)], [slice(0, 1), slice(1, 4)]):
         x = train.clone().requires_grad_(True)

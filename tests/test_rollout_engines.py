@@ -17,7 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from common.io import write_parquet
-from stages.grpo import GRPOConfig, GRPOStage, policy_batch, response_logprobs
+from stages.grpo import GRPOConfig, GRPOStage
+from stages.logprobs import policy_batch, response_logprobs
 from stages.mopd import MOPDConfig, MOPDStage
 from stages.rollout import BF16_LOGPROB_DIFF, HFRolloutEngine, SamplingConfig, make_rollout_engine, vllm_available
 from tests.rows import rl_table

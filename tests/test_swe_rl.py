@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from stages.grpo import accumulate_policy_gradient, policy_batch, response_logprobs
+from stages.grpo import accumulate_policy_gradient
+from stages.logprobs import policy_batch, response_logprobs
 from stages.rollout import Rollouts
 from stages.swe_rl import SWERLConfig, SWERLStage
 from tests.swe_rows import build_set

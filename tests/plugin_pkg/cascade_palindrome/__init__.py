@@ -28,8 +28,8 @@ class CopyInitConfig(StageConfig):
 class CopyInitStage:
     config_class: ClassVar[type[StageConfig]] = CopyInitConfig
 
-    def __init__(self, config):
-        self.cfg = config
+    def __init__(self, config, environment=None):
+        self.cfg, self.environment = config, environment
 
     def run(self, datasets, init_checkpoint):
         out = self.cfg.checkpoint_dir

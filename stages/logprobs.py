@@ -1,0 +1,87 @@
+"""Log-probabilities of sampled responses under a causal LM: the tensors every on-policy loss and
+every scorer of rollouts (the policy, the KL reference, MOPD's teachers) starts from.
+
+- :func:`policy_batch`: rollouts to left-padded prompt + right-padded response tensors;
+- :func:`response_logprobs`: log pi(response token | prefix) at the sampling temperature, the LM head
+  run in chunks over the response tokens only, with the rollouts of one prompt sharing its forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from stages import distributed
+from stages.lm_head import final_hidden_states, head_logprobs, head_weight, model_device, partitioned
+from stages.rollout import Rollouts
+from stages.train_engine import compute_dtype
+
+
+def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """Training tensors for samples ``indices``: prompts left-padded, responses right-padded.
+
+    Returns int64 ``input_ids``/``attention_mask``/``position_ids`` ``[B, P + R]``,
+    ``response_ids`` ``[B, R]`` and bool ``response_mask`` ``[B, R]`` (``P``, ``R``: the
+    longest prompt / response among ``indices``). Every response starts at column ``P``.
+    """
+    prompts = [rollouts.prompt_ids[i] for i in indices]
+    responses = [rollouts.response_ids[i] for i in indices]
+    p_w, r_w = max(map(len, prompts)), max(max(map(len, responses)), 1)
+    ids, att, resp, rmask = [], [], [], []
+    for p, r in zip(prompts, responses, strict=True):
+        ids.append([pad_id] * (p_w - len(p)) + p + r + [pad_id] * (r_w - len(r)))
+        att.append([0] * (p_w - len(p)) + [1] * (len(p) + len(r)) + [0] * (r_w - len(r)))
+        resp.append(r + [pad_id] * (r_w - len(r)))
+        rmask.append([True] * len(r) + [False] * (r_w - len(r)))
+    attention_mask = torch.tensor(att)
+    return {"input_ids": torch.tensor(ids), "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "response_ids": torch.tensor(resp), "response_mask": torch.tensor(rmask)}
+
+
+def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor], temperature: float = 1.0,
+                      share_prompts: bool = True, chunk: int = 4096) -> torch.Tensor:
+    """float32 ``[B, R]`` on the model's device: log pi(response token | prefix) at the sampling
+    temperature; 0 where ``response_mask`` is False. ``batch`` (:func:`policy_batch`) may be on any device.
+
+    Only the response tokens go through the LM head, ``chunk`` at a time
+    (:func:`stages.lm_head.chunked_logprobs`): no ``[B, R, V]`` logits. Rows with the same prompt (the
+    ``n`` rollouts of a prompt, equal left-padded columns ``[:P]``) share its forward when
+    ``share_prompts``: the ``U`` distinct prompts run once with a KV cache, the cache is indexed out to
+    the ``B`` rows (differentiably: gradients flow back into the prompt forward), and only the
+    responses run per row; token for token the same log-probs and gradients as one forward over
+    ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens instead of ``B * (P + R)``.
+
+    Under DeepSpeed ZeRO-3 (partitioned parameters, gathered inside module calls, each call a
+    collective every rank must make the same number of times) the ranks share prompts only when all of
+    them can (one all-reduce), and the LM head runs as one module call
+    (:func:`stages.lm_head.head_logprobs`).
+    """
+    batch = {k: v.to(model_device(model)) for k, v in batch.items()}
+    ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    r_w = batch["response_ids"].shape[1]
+    p_w = ids.shape[1] - r_w
+    scored = batch["response_mask"].bool()
+    prompts, inverse = torch.unique(ids[:, :p_w], dim=0, return_inverse=True)
+    share = share_prompts and len(prompts) < len(ids) and r_w > 1
+    if partitioned(head_weight(model)):
+        share = distributed.all_true(share)
+    if not share:
+        hidden, _ = final_hidden_states(model, input_ids=ids, attention_mask=mask, position_ids=pos)
+        hidden = hidden[:, p_w - 1:-1]  # position t scores the token at t + 1
+    else:
+        first = torch.empty(len(prompts), dtype=torch.long, device=ids.device).scatter_(
+            0, inverse, torch.arange(len(ids), device=ids.device))  # any row of each prompt
+        head, out = final_hidden_states(model, input_ids=prompts, attention_mask=mask[first, :p_w],
+                                        position_ids=pos[first, :p_w], use_cache=True)
+        cache = out.past_key_values
+        cache.batch_select_indices(inverse)
+        tail, _ = final_hidden_states(model, input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1],
+                                      position_ids=pos[:, p_w:-1], past_key_values=cache, use_cache=True)
+        hidden = torch.cat([head[inverse, -1:], tail], dim=1)  # head: scores each response's first token
+    logprobs = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device)
+    logprobs[scored] = head_logprobs(model, hidden[scored], batch["response_ids"][scored], chunk, temperature,
+                                     dtype=compute_dtype(model))
+    return logprobs
