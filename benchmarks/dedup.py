@@ -86,13 +86,13 @@ def score(pairs: pl.DataFrame, cluster: dict[str, str]) -> dict[str, float]:
 
 # ------------------------------------------------------------------ our side
 def _ours_clusters(docs: pl.DataFrame):
-    from curation.minhash import MinHashConfig, near_dedup
+    from curation.minhash import AlarmParams, MinHashConfig, near_dedup
 
     cfg = MinHashConfig(workers=WORKERS, batch_rows=1000)
     frame = docs.rename({"id": "uuid"})
     meta = frame.select("uuid", pl.lit("s").alias("source"), pl.lit("all").alias("group"), pl.lit(0).alias("priority"))
     batches = lambda: (frame.slice(i, cfg.batch_rows) for i in range(0, len(frame), cfg.batch_rows))
-    alarms = {"max_cluster_size": 10**9, "max_source_loss": 1.0, "on_alarm": "warn"}
+    alarms = AlarmParams(max_cluster_size=10**9, max_source_loss=1.0, on_alarm="warn")
     removed, _, stats = near_dedup(batches, meta, cfg, alarms, "bench")
     survivor = removed.select("uuid", pl.col("reason").str.extract(r"of (\S+)"))
     return dict(zip(survivor["uuid"], survivor["reason"], strict=True)), stats

@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=192)
     args = ap.parse_args()
+    from curation.params import check_params
     from curation.swe.tasks import run_swe_tasks
     from stages.checkpoints import load_checkpoint
     from stages.environment import load_rl_rows
@@ -43,10 +44,10 @@ def main() -> None:
     from tests.swe_policies import ScriptedPolicy
     from validators.swe.environment import SWEEnvironment, run_episodes
 
-    params = yaml.safe_load(Path("params.yaml").read_text())
+    params = check_params(yaml.safe_load(Path("params.yaml").read_text()))
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        m = run_swe_tasks(params["swe_tasks"], params["sources"]["registry"], Path("data/ingested"),
+        m = run_swe_tasks(params.swe_tasks, params.sources.registry, Path("data/ingested"),
                           Path(tmp) / "swe", Path(tmp))
         build_s = time.perf_counter() - t0
         print("## build (params.yaml swe_tasks)")

@@ -23,18 +23,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
 
 from common.io import ROW_GROUP_SIZE, atomic_path
 
 BatchFn = Callable[..., pl.DataFrame]
 """A pure map ``fn(frame, **shared) -> frame``: no state, no I/O, same output for the same rows."""
-
-KINDS = ("local", "ray")
 
 
 class Executor(Protocol):
@@ -170,21 +169,27 @@ def write_frames(frames: Iterator[pl.DataFrame], path: str | Path, schema: pa.Sc
     return rows
 
 
-def from_params(params: dict[str, Any]) -> dict[str, Any]:
-    """The ``executor`` section with defaults filled; raises ValueError on an unknown ``kind``."""
-    p = {"kind": "local", "address": None, "num_cpus": 2, "object_store_mb": 1024, "block_mb": 8,
-         **(params.get("executor") or {})}
-    if p["kind"] not in KINDS:
-        raise ValueError(f"executor.kind must be one of {KINDS}, got {p['kind']!r}")
-    return p
+class ExecutorParams(BaseModel):
+    """``params.yaml: executor``: where the per-source and per-batch work of the data steps runs.
+
+    ``kind``: ``local`` (this process, or its worker processes) | ``ray`` (Ray Data; ``address`` joins a
+    running cluster, else a local Ray starts with ``num_cpus`` CPUs, an ``object_store_mb`` MiB object
+    store and ``block_mb`` MiB target blocks).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None
+    num_cpus: int = Field(2, ge=1)
+    object_store_mb: int = Field(1024, ge=64)
+    block_mb: int = Field(8, ge=1)
 
 
 @contextmanager
-def open_executor(params: dict[str, Any]) -> Iterator[Executor]:
-    """The executor of ``params['executor']``; a Ray one is connected (or started) on entry and
-    shut down on exit. Raises ImportError naming the extra when ``ray`` is asked for but missing."""
-    p = from_params(params)
-    if p["kind"] == "local":
+def open_executor(p: ExecutorParams) -> Iterator[Executor]:
+    """The executor ``p`` names; a Ray one is connected (or started) on entry and shut down on exit.
+    Raises ImportError naming the extra when ``ray`` is asked for but missing."""
+    if p.kind == "local":
         yield LocalExecutor()
         return
     from common.ray_exec import RayExecutor

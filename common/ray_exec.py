@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.executor import BatchFn, indexed_batches
+from common.executor import BatchFn, ExecutorParams, indexed_batches
 
 _CACHE: dict[str, dict[str, Any]] = {}
 
@@ -62,7 +62,7 @@ class RayExecutor:
 
     kind = "ray"
 
-    def __init__(self, p: dict[str, Any]) -> None:
+    def __init__(self, p: ExecutorParams) -> None:
         try:
             import ray
             import ray.data
@@ -70,8 +70,8 @@ class RayExecutor:
             raise ImportError("executor.kind: ray needs the ray extra: pip install -e '.[ray]'") from exc
         self._owned = not ray.is_initialized()
         if self._owned:
-            opts: dict[str, Any] = {"address": p["address"]} if p.get("address") else {
-                "num_cpus": int(p["num_cpus"]), "object_store_memory": int(p["object_store_mb"]) << 20,
+            opts: dict[str, Any] = {"address": p.address} if p.address else {
+                "num_cpus": p.num_cpus, "object_store_memory": p.object_store_mb << 20,
                 "include_dashboard": False}
             ray.init(**opts, logging_level=logging.WARNING, log_to_driver=False,
                      runtime_env={"env_vars": {"POLARS_MAX_THREADS": "1", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}})
@@ -80,7 +80,7 @@ class RayExecutor:
         ctx.execution_options.preserve_order = True  # results come back in input row order
         ctx.use_datasource_v2 = False  # V2's ListFiles -> ReadFiles chain costs seconds per small read
         ctx.enable_progress_bars = False
-        ctx.target_max_block_size = int(p.get("block_mb", 8)) << 20
+        ctx.target_max_block_size = p.block_mb << 20
         self._ray = ray
 
     def map_parquet(self, path: str | Path, fn: BatchFn, batch_rows: int, shared: dict[str, Any] | None = None,

@@ -9,11 +9,14 @@ domains that have rows (no empty placeholder sets).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from common.text import md5_hex
+
+if TYPE_CHECKING:
+    from curation.params import BuildParams
 
 
 def rank_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
@@ -41,24 +44,24 @@ def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
     return keep.slice(n_val).drop("_rank"), keep.head(n_val).drop("_rank"), capped
 
 
-def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
+def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: BuildParams
                ) -> tuple[dict[str, dict[str, pl.DataFrame]], list[pl.DataFrame], dict[str, Any]]:
     """Build every set.
 
     Args:
         sft, rl: decontaminated canonical tables, with or without the ``_rank`` column of
             :func:`rank_batch` (the executor's map computes it; the same value is computed here if absent).
-        params: ``seed``, ``sft_validation_rows``, ``rl_validation_rows`` (at most
-            ``rl_validation_fraction`` of a domain, default 0.1),
-            ``sft_max_rows_per_source`` {source: cap}, ``rl_max_rows_per_domain``
-            {domain: cap}.
+        params: the ``build`` block (:class:`curation.params.BuildParams`): ``seed``,
+            ``sft_validation_rows``, ``rl_validation_rows`` (at most ``rl_validation_fraction`` of a
+            domain), ``sft_max_rows_per_source`` {source: cap}, ``rl_max_rows_per_domain`` {domain: cap},
+            ``mixes``.
 
     Returns:
         (sets, capped, stats): ``sets[name][split]`` with names ``sft`` and
         ``rl/<domain>``; ``capped``: frames of rows left out by a cap, with a ``reason``
         column; per-set counts.
     """
-    seed = int(params["seed"])
+    seed = params.seed
     sets: dict[str, dict[str, list[pl.DataFrame]]] = {}
     capped: list[pl.DataFrame] = []
 
@@ -69,19 +72,18 @@ def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: dict[str, Any]
         parts["validation"].append(val)
         capped.append(cut.with_columns(pl.lit(f"mix_cap: {name} cap {cap}").alias("reason")))
 
-    sft_caps = params.get("sft_max_rows_per_source") or {}
+    sft_caps = params.sft_max_rows_per_source
     for (source,), group in sft.group_by("source", maintain_order=True):
-        add("sft", group, int(params["sft_validation_rows"]), sft_caps.get(source))
-    rl_caps = params.get("rl_max_rows_per_domain") or {}
+        add("sft", group, params.sft_validation_rows, sft_caps.get(source))
+    rl_caps = params.rl_max_rows_per_domain
     for (domain,), group in rl.sort("domain", maintain_order=True).group_by("domain", maintain_order=True):
-        add(f"rl/{domain}", group, int(params["rl_validation_rows"]), rl_caps.get(domain),
-            float(params.get("rl_validation_fraction", 0.1)))
+        add(f"rl/{domain}", group, params.rl_validation_rows, rl_caps.get(domain), params.rl_validation_fraction)
 
     out = {name: {split: pl.concat(frames) for split, frames in parts.items()} for name, parts in sets.items()}
     stats = {name: {split: len(df) for split, df in splits.items()} for name, splits in out.items()}
     mixes, mix_stats = {}, {}
-    for name, spec in (params.get("mixes") or {}).items():
-        mixes[f"rl/{name}"], mix_stats[name] = draw_mix(out, spec["weights"], int(spec["total"]), seed)
+    for name, spec in params.mixes.items():
+        mixes[f"rl/{name}"], mix_stats[name] = draw_mix(out, spec.weights, spec.total, seed)
     return {**out, **mixes}, [c for c in capped if len(c)], {"sets": stats, "mixes": mix_stats}
 
 

@@ -23,9 +23,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from curation.params import PipelineParams
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -39,8 +42,8 @@ def load_params(path: str | Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def load_checked(path: str | Path) -> dict[str, Any]:
-    """:func:`load_params`, every data step's block checked (:func:`curation.params.check_params`).
+def load_checked(path: str | Path) -> PipelineParams:
+    """:func:`load_params` validated into every data step's model (:func:`curation.params.check_params`).
 
     Raises:
         ValueError: one line naming the bad key.
@@ -182,9 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"cascade {args.command}: error: {exc}", file=sys.stderr)
         return 1
-    params["executor"] = {**(params.get("executor") or {}),
-                          **({"kind": args.executor} if args.executor else {}),
-                          **({"address": args.address} if args.address else {})}
+    override = {**({"kind": args.executor} if args.executor else {}), **({"address": args.address} if args.address else {})}
+    params = params.model_copy(update={"executor": params.executor.model_copy(update=override)})
     try:
         run_step(args.command, params)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -32,6 +32,9 @@ from common.io import Rejects, atomic_path, finish_step, write_parquet
 from common.text import row_text, text_hashes, user_text
 from corpora.schema import SCHEMAS
 from curation.minhash import MinHashConfig, cross_dedup, near_dedup
+
+if TYPE_CHECKING:
+    from curation.params import DedupParams
 
 KINDS = ("sft", "rl")
 
@@ -77,7 +80,7 @@ def _gather(frames: Iterator[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFr
     return pl.concat([pl.DataFrame(schema=schema), *frames])
 
 
-def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: Path,
+def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
               signatures: Path, root: Path = Path("."), executor: Executor | None = None) -> dict[str, Any]:
     """The ``dedup`` step over ``src/{sft,rl}.parquet``: writes ``out/{kind}.parquet``, the
     MinHash signatures ``signatures/{kind}.parquet`` (settings in the parquet metadata
@@ -89,38 +92,35 @@ def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: 
     Raises :class:`curation.minhash.DedupAlarm` when an alarm fires with ``on_alarm: fail``.
     """
     ex = executor or LocalExecutor()
-    p, near = params["dedup"], params["dedup"].get("near") or {}
-    cfg = MinHashConfig.from_params(near)
+    near = cfg = p.near
     rows = cfg.batch_rows
-    if near.get("scope", "within_domain") not in ("within_domain", "across_domains"):
-        raise ValueError(f"dedup.near.scope must be within_domain or across_domains, got {near['scope']!r}")
     removed: dict[str, pl.DataFrame] = {}
     stats: dict[str, Any] = {}
     for kind in KINDS:
         path = src / f"{kind}.parquet"
-        keys = _gather(ex.map_parquet(path, partial(key_batch, kind=kind, normalized=p["normalize"]), rows),
+        keys = _gather(ex.map_parquet(path, partial(key_batch, kind=kind, normalized=p.normalize), rows),
                        {"uuid": pl.Utf8, "h": pl.Utf8, "source": pl.Utf8, "domain": pl.Utf8})
         exact = exact_duplicates(keys.select("uuid", "h"))
         parts = [exact]
         stats[kind] = {"rows_in": len(keys), "exact_duplicates": len(exact)}
-        if near.get("enabled", True):
-            exempt = keys.filter(pl.col("source").is_in(near.get("exempt_sources") or []))["uuid"]
+        if near.enabled:
+            exempt = keys.filter(pl.col("source").is_in(near.exempt_sources))["uuid"]
             skip = exact["uuid"].append(exempt)
             meta = keys.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", "source", "domain")
             meta = meta.with_columns(
-                (pl.col("domain") if near.get("scope", "within_domain") == "within_domain"
+                (pl.col("domain") if near.scope == "within_domain"
                  else pl.lit("all")).alias("group"),
                 pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
             batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
                                      cfg.workers)
-            near_removed, sig, st = near_dedup(batches, meta, cfg, near.get("alarms") or _NO_ALARMS, kind)
+            near_removed, sig, st = near_dedup(batches, meta, cfg, near.alarms, kind)
             parts.append(near_removed.select("uuid", "reason"))
             stats[kind]["near"] = st
             table = sig.to_frame().to_arrow()
             write_parquet(table.replace_schema_metadata({"minhash": json.dumps(sig.settings)}),
                           signatures / f"{kind}.parquet")
         removed[kind] = pl.concat(parts)
-    if near.get("enabled", True) and near.get("rl_vs_sft", False):
+    if near.enabled and near.rl_vs_sft:
         rl_removed, st = _rl_vs_sft(ex, src, removed, cfg)
         removed["rl"] = pl.concat([removed["rl"], rl_removed.select("uuid", "reason")])
         stats["rl_vs_sft"] = st
@@ -132,10 +132,7 @@ def run_dedup(params: dict[str, Any], priority: dict[str, int], src: Path, out: 
         by_source = by_source_and_reason(rejects.counts() - before)
         stats[kind].update(rows_out=n_out, duplicates_by_source=by_source)
     return finish_step("dedup", rows_in, rows_out, rejects, root=root, per_table=stats,
-                       minhash=cfg.settings() if near.get("enabled", True) else None)
-
-
-_NO_ALARMS = {"max_cluster_size": float("inf"), "max_source_loss": 1.0, "on_alarm": "warn"}
+                       minhash=cfg.settings() if near.enabled else None)
 
 
 def _rl_vs_sft(ex: Executor, src: Path, removed: dict[str, pl.DataFrame], cfg: MinHashConfig):

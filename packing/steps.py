@@ -16,20 +16,48 @@ import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
 
 from common.executor import Executor, LocalExecutor, write_frames
 from common.io import Rejects, atomic_path, finish_step, read_parquet
-from packing.overflow import POLICIES, OverflowStats, apply_overflow
+from packing.overflow import OverflowStats, apply_overflow
 from packing.plan import plan_packs
 from packing.tokenize import ChatTokenizer, TemplateError, TokenizedDoc
 from packing.writer import iter_packs, write_packs
 
 SPLITS = ("train", "validation")
+
+
+class TokenizeParams(BaseModel):
+    """``params.yaml: tokenize``: the tokenizer dir (a fast tokenizer with a chat template) and an
+    optional template overriding its own; conversations longer than ``max_length`` tokens are handled by
+    ``overflow`` (``reject`` | ``truncate`` | ``split`` at user turns, :mod:`packing.overflow`); rows per
+    batch; ``encoder`` ``auto`` (tiktoken where it reproduces the tokenizer, :mod:`packing.bpe`) | ``hf``;
+    every ``check_every``-th tiktoken row re-encoded by the HF encoder (0: never)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tokenizer: str
+    chat_template: str | None = None
+    max_length: int = Field(262144, ge=1)
+    overflow: Literal["reject", "truncate", "split"] = "reject"
+    batch_rows: int = Field(256, ge=1)
+    encoder: Literal["auto", "hf"] = "auto"
+    check_every: int = Field(50, ge=0)
+
+
+class PackParams(BaseModel):
+    """``params.yaml: pack``: tokens per pack, packs padded to a multiple of ``pad_to_multiple_of`` (1:
+    off), packs per parquet row group."""
+
+    model_config = ConfigDict(extra="forbid")
+    pack_length: int = Field(262144, ge=1)
+    pad_to_multiple_of: int = Field(1, ge=1)
+    packs_per_row_group: int = Field(8, ge=1)
 
 TOKENIZED_SCHEMA = pa.schema([
     ("uuid", pa.string()),
@@ -132,7 +160,7 @@ BATCH_SCHEMA = pa.schema([
     *[(k, pa.int64()) for k in COUNTERS]])
 
 
-def run_tokenize(p: dict[str, Any], sets: Path, out_dir: Path, root: Path = Path("."),
+def run_tokenize(p: TokenizeParams, sets: Path, out_dir: Path, root: Path = Path("."),
                  executor: Executor | None = None) -> dict[str, Any]:
     """Tokenize every SFT split with assistant-only ``loss_mask`` (params: ``tokenize`` section).
 
@@ -142,23 +170,21 @@ def run_tokenize(p: dict[str, Any], sets: Path, out_dir: Path, root: Path = Path
     every executor.
     """
     ex = executor or LocalExecutor()
-    cfg = {"tokenizer": str(Path(p["tokenizer"]).resolve()), "chat_template": p.get("chat_template"),
-           "encoder": p.get("encoder", "auto"), "check_every": int(p.get("check_every", 0))}
+    cfg = {"tokenizer": str(Path(p.tokenizer).resolve()), "chat_template": p.chat_template,
+           "encoder": p.encoder, "check_every": p.check_every}
     ct = chat_tokenizer(**cfg)  # fails early, here, on a bad tokenizer or template
-    max_length, policy = int(p["max_length"]), p["overflow"]
-    if policy not in POLICIES:
-        raise ValueError(f"tokenize.overflow: unknown policy {policy!r}; expected one of {POLICIES}")
+    max_length, policy = p.max_length, p.overflow
     rejects, totals = Rejects("tokenize"), dict.fromkeys(("rows_out", "reasoning_dropped", *COUNTERS), 0)
     per_split: dict[str, dict[str, int]] = {}
     for split in SPLITS:
         per_split[split] = {"rows": 0, "documents": 0, "tokens": 0, "supervised_tokens": 0}
-        frames = ex.map_parquet(sets / f"{split}.parquet", tokenize_batch, int(p.get("batch_rows", 256)),
+        frames = ex.map_parquet(sets / f"{split}.parquet", tokenize_batch, p.batch_rows,
                                 {"tokenizer": cfg, "max_length": max_length, "policy": policy}, row_index=True)
         write_frames(_documents(frames, rejects, totals, per_split[split]), out_dir / f"{split}.parquet",
                      TOKENIZED_SCHEMA)
     rows_in, rows_out = sum(s["rows"] for s in per_split.values()), totals.pop("rows_out")
     reasoning_dropped, checked = totals.pop("reasoning_dropped"), totals.pop("checked")
-    return finish_step("tokenize", rows_in, rows_out, rejects, root, tokenizer=str(p["tokenizer"]),
+    return finish_step("tokenize", rows_in, rows_out, rejects, root, tokenizer=p.tokenizer,
                        max_length=max_length, overflow=policy, splits=per_split,
                        overflow_stats=totals, reasoning_not_rendered_turns=reasoning_dropped,
                        encoder="tiktoken" if ct.fast else "hf", rows_checked_against_hf=checked)
@@ -185,7 +211,7 @@ def _documents(frames: Iterator[pl.DataFrame], rejects: Rejects, totals: dict[st
         yield out
 
 
-def run_pack(p: dict[str, Any], tokenize_params: dict[str, Any], in_dir: Path, out_dir: Path,
+def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_dir: Path,
              plots_dir: Path, root: Path = Path(".")) -> dict[str, Any]:
     """Pack every tokenized split with global best-fit-decreasing (params: ``pack`` section).
 
@@ -194,16 +220,15 @@ def run_pack(p: dict[str, Any], tokenize_params: dict[str, Any], in_dir: Path, o
             fit without splitting them across packs), ``pack_length`` is not a multiple of
             ``pad_to_multiple_of``, or a row group could exceed 2**31 tokens.
     """
-    length, per_group = int(p["pack_length"]), int(p["packs_per_row_group"])
-    multiple = int(p.get("pad_to_multiple_of") or 1)
-    if int(tokenize_params["max_length"]) > length:
-        raise ValueError(f"tokenize.max_length {tokenize_params['max_length']} > pack.pack_length {length}: "
+    length, per_group, multiple = p.pack_length, p.packs_per_row_group, p.pad_to_multiple_of
+    if tokenize_params.max_length > length:
+        raise ValueError(f"tokenize.max_length {tokenize_params.max_length} > pack.pack_length {length}: "
                          f"lower max_length so every conversation fits one pack")
-    if multiple < 1 or length % multiple:
+    if length % multiple:
         raise ValueError(f"pack.pack_length {length} is not a multiple of pad_to_multiple_of {multiple}")
     if per_group * length >= 1 << 31:
         raise ValueError(f"packs_per_row_group x pack_length must stay below 2**31 tokens, got {per_group * length}")
-    tok = load_tokenizer(tokenize_params["tokenizer"])
+    tok = load_tokenizer(tokenize_params.tokenizer)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     stats: dict[str, Any] = {}
     docs_total = 0

@@ -21,7 +21,7 @@ from typing import Any
 
 from stages.base import StageConfig, StageResult, StageRunner, build_runner
 from stages.datasets import resolve_datasets
-from validators.verifiers.sandbox import require_from_params
+from validators.verifiers.sandbox import SandboxParams, require_from_params
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +60,8 @@ def train(stage: str, params: dict[str, Any], restart: bool = False) -> StageRes
     """Build the stage's runner from params and run it: from the latest training state of a killed run
     of the same config and inputs (:mod:`stages.state`), or from the start with ``restart``."""
     settings, init = stage_settings(params, stage)
-    require_from_params(params)  # generated code runs in the verifiers' sandbox: never weaker than asked
+    # generated code runs in the verifiers' sandbox: never weaker than asked
+    require_from_params(SandboxParams.from_block(params.get("sandbox")))
     runner = build_runner(stage, settings)
     if restart:
         shutil.rmtree(runner.cfg.state_dir, ignore_errors=True)

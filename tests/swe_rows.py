@@ -11,6 +11,7 @@ import polars as pl
 
 from common.io import Rejects, write_parquet
 from corpora.schema import SCHEMAS
+from curation.params import MutantBudget
 from curation.swe.repos import mbpp_repo
 from curation.swe.tasks import build_repo_tasks
 
@@ -49,9 +50,8 @@ def build_set(out: Path, task_ids=(11, 13), mutants_per_repo: int = 6, seed: int
     holding the same rows, and ``repos/``); returns the rows."""
     rows, rejects = [], Rejects("swe_tasks")
     for tid in task_ids:
-        got, _ = build_repo_tasks(mbpp_repo(*mbpp_rows(tid)), {"mutants_per_repo": mutants_per_repo,
-                                                                "tasks_per_repo": 1, "test_timeout_s": 60},
-                                  random.Random(seed), rejects, out / "repos")
+        budget = MutantBudget(mutants_per_repo=mutants_per_repo, tasks_per_repo=1)
+        got, _ = build_repo_tasks(mbpp_repo(*mbpp_rows(tid)), budget, random.Random(seed), rejects, out / "repos", 60.0)
         rows += got
     for split in ("train", "validation"):
         write_parquet(pl.DataFrame(rows).to_arrow(), out / f"{split}.parquet", SCHEMAS["rl"])

@@ -1,7 +1,9 @@
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from curation.build import draw_mix
 from curation.difficulty import (
@@ -13,8 +15,11 @@ from curation.difficulty import (
     rows_to_measure,
     split_for_measurement,
 )
+from curation.params import check_params
 from tests.handed import handed_case
 from tests.rows import rl_table
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -129,8 +134,9 @@ def test_rows_are_measured_in_the_order_the_mixes_draw_them():
 
 
 def test_row_budget_is_one_number_or_one_per_set():
-    assert rows_to_measure({"max_rows_per_set": 90}, "math") == 90
-    per_set = {"max_rows_per_set": {"math": 160, "code": 24}}
+    base = check_params(yaml.safe_load((REPO / "params.yaml").read_text())).difficulty
+    assert rows_to_measure(base.model_copy(update={"max_rows_per_set": 90}), "math") == 90
+    per_set = base.model_copy(update={"max_rows_per_set": {"math": 160, "code": 24}})
     assert rows_to_measure(per_set, "code") == 24
     with pytest.raises(ValueError, match="difficulty.max_rows_per_set has no budget for set 'stem_mcqa'"):
         rows_to_measure(per_set, "stem_mcqa")

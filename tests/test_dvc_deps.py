@@ -52,9 +52,14 @@ def _with_parents(names: set[str]) -> set[str]:
 
 
 def _imports(node: ast.AST, package: str) -> set[str]:
-    """Dotted names a node imports anywhere inside it (``from m import x``: ``m`` and ``m.x``)."""
+    """Dotted names a node imports anywhere inside it (``from m import x``: ``m`` and ``m.x``), except
+    in ``if TYPE_CHECKING:`` blocks (imports for annotations, never run)."""
     names = set()
+    typing_only = {id(x) for n in ast.walk(node) if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+                   and n.test.id == "TYPE_CHECKING" for stmt in n.body for x in ast.walk(stmt)}
     for n in ast.walk(node):
+        if id(n) in typing_only:
+            continue
         if isinstance(n, ast.Import):
             names |= {a.name for a in n.names}
         elif isinstance(n, ast.ImportFrom):
@@ -99,8 +104,18 @@ def function_imports(module: str, func: str) -> set[str]:
         node = bound[name]
         found |= _imports(node, package)
         if not isinstance(node, ast.Import | ast.ImportFrom):
-            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in _annotation_names(node)]
     return found
+
+
+def _annotation_names(node: ast.AST) -> set[int]:
+    """ids of the Name nodes inside ``node``'s annotations: never evaluated (every module has
+    ``from __future__ import annotations``), so a name used only as a type imports nothing at run time."""
+    notes = [a.annotation for n in ast.walk(node) if isinstance(n, ast.arguments)
+             for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg) if a is not None and a.annotation]
+    notes += [n.returns for n in ast.walk(node) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.returns]
+    notes += [n.annotation for n in ast.walk(node) if isinstance(n, ast.AnnAssign)]
+    return {id(x) for note in notes for x in ast.walk(note) if isinstance(x, ast.Name)}
 
 
 def closure(modules: set[str]) -> set[str]:

@@ -9,6 +9,7 @@ import pytest
 
 from curation.dedup import run_dedup
 from curation.minhash import (
+    AlarmParams,
     DedupAlarm,
     MinHashConfig,
     Signatures,
@@ -20,10 +21,11 @@ from curation.minhash import (
     shingles,
     verify,
 )
+from curation.params import DedupParams, NearParams
 from tests.rows import rl_table, sft_table
 
 WORDS = [f"w{i}" for i in range(5000)]
-NO_ALARM = {"max_cluster_size": 1000, "max_source_loss": 1.0, "on_alarm": "fail"}
+NO_ALARM = AlarmParams(max_cluster_size=1000, max_source_loss=1.0, on_alarm="fail")
 
 
 def _text(seed, n=80):
@@ -162,13 +164,13 @@ def test_scope_groups_are_never_compared():
 def test_alarm_fails_with_the_cluster_shown_or_warns():
     t = _text(11)
     texts = [t] + [_edit(t, 1, s) for s in range(1, 5)] + [_text(12)]
-    alarms = {"max_cluster_size": 3, "max_source_loss": 1.0, "on_alarm": "fail"}
+    alarms = AlarmParams(max_cluster_size=3, max_source_loss=1.0, on_alarm="fail")
     with pytest.raises(DedupAlarm, match=r"cluster of 5 rows > max_cluster_size 3 \(survivor u00\)") as err:
         _run(texts, alarms=alarms)
     assert "u03: 'w" in str(err.value)  # members are listed with their text
-    removed, _, stats = _run(texts, alarms={**alarms, "on_alarm": "warn"})
+    removed, _, stats = _run(texts, alarms=alarms.model_copy(update={"on_alarm": "warn"}))
     assert len(removed) == 4 and len(stats["alarms"]) == 1
-    loss = {"max_cluster_size": 100, "max_source_loss": 0.5, "on_alarm": "fail"}
+    loss = AlarmParams(max_cluster_size=100, max_source_loss=0.5, on_alarm="fail")
     with pytest.raises(DedupAlarm, match="source a loses 4/5 rows"):
         _run(texts, alarms=loss, sources=["a"] * 5 + ["b"])
 
@@ -191,8 +193,8 @@ def test_run_dedup_streams_files_and_counts_balance(tmp_path):
     src.mkdir()
     sft.write_parquet(src / "sft.parquet", row_group_size=2)
     rl.write_parquet(src / "rl.parquet")
-    params = {"dedup": {"normalize": True, "near": {"batch_rows": 3, "scope": "within_domain", "rl_vs_sft": True,
-                                                     "alarms": NO_ALARM}}}
+    params = DedupParams(normalize=True, near=NearParams(batch_rows=3, scope="within_domain", rl_vs_sft=True,
+                                                         alarms=NO_ALARM))
     m = run_dedup(params, {"train_src": 0, "train": 1}, src, tmp_path / "out", tmp_path / "sig", root=tmp_path)
     assert (m["rows_in"], m["rows_out"], m["rejected_by_reason"]) == (6, 3, {"exact_duplicate": 1, "near_duplicate": 2})
     assert pq.read_table(tmp_path / "out" / "sft.parquet")["uuid"].to_pylist() == ["s0", "s3"]
@@ -211,6 +213,6 @@ def test_exempt_sources_get_exact_dedup_only(tmp_path):
     src.mkdir()
     sft_table([_text(42)]).write_parquet(src / "sft.parquet")
     rl.write_parquet(src / "rl.parquet")
-    params = {"dedup": {"normalize": True, "near": {"exempt_sources": ["gen"], "alarms": NO_ALARM}}}
+    params = DedupParams(normalize=True, near=NearParams(exempt_sources=["gen"], alarms=NO_ALARM))
     m = run_dedup(params, {}, src, tmp_path / "out", tmp_path / "sig", root=tmp_path)
     assert m["rejected_by_reason"] == {"exact_duplicate": 1}

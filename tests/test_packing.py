@@ -238,18 +238,18 @@ def test_packed_equals_unpacked_for_a_tiny_model(smollm2_dir, tmp_path):
 
 def test_tokenize_and_pack_steps_conserve_tokens_and_write_metrics(smollm2_dir, tmp_path):
     from common.io import write_parquet
-    from packing.steps import run_pack, run_tokenize
+    from packing.steps import PackParams, TokenizeParams, run_pack, run_tokenize
     from tests.rows import sft_table
 
     sets = tmp_path / "sets"
     users = [f"question {i} " + "word " * (i * 7) for i in range(12)]
     write_parquet(sft_table(users), sets / "train.parquet")
     write_parquet(sft_table(users[:4], uuid=["v0", "v1", "v2", "v3"]), sets / "validation.parquet")
-    tp = {"tokenizer": str(smollm2_dir), "max_length": 60, "overflow": "reject", "batch_rows": 5}
+    tp = TokenizeParams(tokenizer=str(smollm2_dir), max_length=60, overflow="reject", batch_rows=5)
     m = run_tokenize(tp, sets, tmp_path / "tok", tmp_path)
     assert m["rows_in"] == 16 and m["rows_out"] + m["rows_rejected"] == 16
     assert m["rejected_by_reason"] == {"too_long": m["rows_rejected"]} and m["rows_rejected"] > 0
-    pm = run_pack({"pack_length": 128, "pad_to_multiple_of": 16, "packs_per_row_group": 2}, tp,
+    pm = run_pack(PackParams(pack_length=128, pad_to_multiple_of=16, packs_per_row_group=2), tp,
                   tmp_path / "tok", tmp_path / "packed", tmp_path / "plots", tmp_path)
     train = pm["splits"]["train"]
     assert train["tokens_in"] == train["tokens_packed"] == m["splits"]["train"]["tokens"]
@@ -261,5 +261,5 @@ def test_tokenize_and_pack_steps_conserve_tokens_and_write_metrics(smollm2_dir, 
     assert json.loads((tmp_path / "metrics" / "pack.json").read_text())["splits"]["train"]["packs"] == table.num_rows
     assert (tmp_path / "plots" / "doc_lengths.png").stat().st_size > 0 and (tmp_path / "plots" / "pack_fill.png").exists()
     with pytest.raises(ValueError, match="max_length"):
-        run_pack({"pack_length": 32, "packs_per_row_group": 2}, tp, tmp_path / "tok", tmp_path / "x",
+        run_pack(PackParams(pack_length=32, packs_per_row_group=2), tp, tmp_path / "tok", tmp_path / "x",
                  tmp_path / "plots", tmp_path)

@@ -26,8 +26,17 @@ def _with(path: list[str], value):
     return params
 
 
-def test_the_repository_params_are_valid_and_returned_unchanged():
-    assert check_params(PARAMS) is PARAMS
+def test_the_repository_params_are_valid_and_every_value_reaches_its_model_unchanged():
+    params = check_params(PARAMS)
+    dumped = params.model_dump()
+    for block, values in PARAMS.items():  # every key the file sets, at the value it sets
+        if block == "cascade":
+            assert dumped[block] == values
+            continue
+        for key, value in values.items():
+            got = dumped[block][key]
+            assert (got == value if not isinstance(value, dict) else {k: got[k] for k in value} == value), (block, key)
+    assert params.tokenize.check_every == 50 and params.dedup.near.alarms.max_cluster_size == 200
 
 
 @pytest.mark.parametrize("path,value,message", [

@@ -13,13 +13,14 @@ import pytest
 import ray
 import yaml
 
-from common.executor import LocalExecutor, from_params, open_executor, write_frames
+from common.executor import ExecutorParams, LocalExecutor, open_executor, write_frames
 from common.io import write_parquet
 from common.ray_exec import RayExecutor
 from corpora.registry import load_registry
 from corpora.schema import SCHEMAS
 from curation.dedup import run_dedup
 from curation.ingest import run_ingest
+from curation.params import PipelineParams, check_params
 from curation.pipeline import run_step
 from tests.handed import handed_case
 from tests.rows import rl_table, sft_table
@@ -48,7 +49,7 @@ def ray_session():
     ray.shutdown()
 
 
-def _params(kind: str, only: list[str] | None = REDUCED, tokenizer: Path | None = None) -> dict:
+def _params(kind: str, only: list[str] | None = REDUCED, tokenizer: Path | None = None) -> PipelineParams:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["sources"]["only"] = only
     params["dedup"]["near"]["rl_vs_sft"] = True  # also run the cross pass on both executors
@@ -59,7 +60,7 @@ def _params(kind: str, only: list[str] | None = REDUCED, tokenizer: Path | None 
     params["tokenize"].update(tokenizer=str(tokenizer), max_length=256, overflow="truncate", check_every=7,
                               batch_rows=32)
     params["executor"] = RAY if kind == "ray" else {"kind": "local"}
-    return params
+    return check_params(params)
 
 
 def _run_both(root: Path, sources: Path, only: list[str] | None, tokenizer: Path) -> dict[str, Path]:
@@ -74,7 +75,7 @@ def _run_both(root: Path, sources: Path, only: list[str] | None, tokenizer: Path
         with contextlib.chdir(run):
             params = _params(kind, only, tokenizer)
             run_ingest(load_registry(REPO / "corpora/sources.yaml", only), sources, Path("data/ingested"),
-                       executor=LocalExecutor() if kind == "local" else RayExecutor(from_params(params)))
+                       executor=LocalExecutor() if kind == "local" else RayExecutor(params.executor))
             for step in ("decontam_index", "dedup", "decontaminate", "build", "tokenize", "export"):
                 run_step(step, params)
         out[kind] = run
@@ -144,10 +145,10 @@ def test_dedup02_normalized_copies_removed_on_ray(tmp_path, ray_session):
     write_parquet(sft_table(case["input"]["docs"]).to_arrow(), tmp_path / "in/sft.parquet", SCHEMAS["sft"])
     write_parquet(rl_table(["What is 1 + 1?"]).to_arrow(), tmp_path / "in/rl.parquet", SCHEMAS["rl"])
     params = _params("ray")
-    params["dedup"]["near"]["rl_vs_sft"] = False
-    with open_executor(params) as ex:
+    dedup = params.dedup.model_copy(update={"near": params.dedup.near.model_copy(update={"rl_vs_sft": False})})
+    with open_executor(params.executor) as ex:
         assert isinstance(ex, RayExecutor)
-        m = run_dedup(params, {"train_src": 0}, tmp_path / "in", tmp_path / "out", tmp_path / "sig",
+        m = run_dedup(dedup, {"train_src": 0}, tmp_path / "in", tmp_path / "out", tmp_path / "sig",
                       tmp_path, executor=ex)
     kept = pl.read_parquet(tmp_path / "out/sft.parquet")["uuid"].to_list()
     assert [int(u[1:]) for u in kept] == case["expected"]["normalize_true_kept"]
@@ -163,14 +164,14 @@ def test_ray_map_keeps_row_order_broadcasts_shared_and_runs_in_workers(tmp_path,
     frame = pl.DataFrame({"uuid": [f"u{i:05d}" for i in range(n)], "x": range(n),
                           "pad": ["x" * 200] * n})  # ~4 MB: several 1 MB blocks
     frame.write_parquet(tmp_path / "t.parquet", row_group_size=2_000)
-    with open_executor({"executor": RAY}) as ex:
+    with open_executor(ExecutorParams(**RAY)) as ex:
         out = pl.concat(ex.map_parquet(tmp_path / "t.parquet", _pid, 1_000, {"offset": 7}))
     assert out["uuid"].to_list() == frame["uuid"].to_list()
     assert out["y"].to_list() == [i + 7 for i in range(n)]
     assert os.getpid() not in set(out["pid"].to_list())
     local = pl.concat(LocalExecutor().map_parquet(tmp_path / "t.parquet", _pid, 1_000, {"offset": 7}, workers=2))
     assert local.drop("pid").equals(out.drop("pid"))
-    with open_executor({"executor": RAY}) as ex:  # one task per row group, each batch knows its rows' positions
+    with open_executor(ExecutorParams(**RAY)) as ex:  # one task per row group, each batch knows its rows' positions
         indexed = pl.concat(ex.map_parquet(tmp_path / "t.parquet", _positions, 300, row_index=True))
     assert indexed["row_index"].to_list() == list(range(n)) and indexed["x"].to_list() == list(range(n))
     local = pl.concat(LocalExecutor().map_parquet(tmp_path / "t.parquet", _positions, 300, row_index=True))
@@ -194,5 +195,6 @@ def test_write_frames_is_byte_identical_to_write_parquet(tmp_path, sizes):
 
 
 def test_unknown_executor_kind_is_a_clear_error():
-    with pytest.raises(ValueError, match="executor.kind must be one of"), open_executor({"executor": {"kind": "spark"}}):
-        pass
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    with pytest.raises(ValueError, match=r"^params.yaml executor.kind: Input should be 'local' or 'ray' \(got 'spark'\)$"):
+        check_params({**params, "executor": {"kind": "spark"}})

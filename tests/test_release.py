@@ -415,8 +415,14 @@ def test_the_export_step_checks_both_kinds_before_writing_either(tmp_path, monke
     (tmp_path / "data/sources/manifest.json").write_text("{}")
     sft_table(["a", "b"], domain=["chat", "chat"]).write_parquet(tmp_path / "data/sets/sft/train.parquet")
     _shard_sets()["math"]["train"].write_parquet(tmp_path / "data/sets/rl/math/train.parquet")
-    params = {"sources": {"registry": str(Path(release.__file__).parents[1] / "corpora/sources.yaml")},
-              "executor": {"kind": "local"}, "export": {"rows_per_shard": 2, "allow_licenses": []}}
+    import yaml
+
+    from curation.params import check_params
+
+    repo = Path(release.__file__).parents[1]
+    params = check_params({**yaml.safe_load((repo / "params.yaml").read_text()),
+                           "sources": {"registry": str(repo / "corpora/sources.yaml")},
+                           "executor": {"kind": "local"}, "export": {"rows_per_shard": 2, "allow_licenses": []}})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(release, "MAX_SHARDS", 3)  # rl/math/train: 7 rows in 4 shards; sft/chat/train fits in 1
     with pytest.raises(ValueError, match=r"4 shards for rl/math/train"):

@@ -23,6 +23,7 @@ from corpora.schema import SCHEMAS
 from curation.build import draw_mix, split_group
 from curation.dedup import run_dedup
 from curation.ingest import ingest_source, source_root
+from curation.params import check_params
 from tests.rows import rl_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -190,8 +191,8 @@ def test_default_long_context_tasks_survive_the_projects_near_dedup(long_context
     rl = pl.from_arrow(pa.Table.from_pylist(long_context_rows, schema=SCHEMAS["rl"]))
     rl.write_parquet(tmp_path / "in" / "rl.parquet")
     pl.from_arrow(SCHEMAS["sft"].empty_table()).write_parquet(tmp_path / "in" / "sft.parquet")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    m = run_dedup(params, {}, tmp_path / "in", tmp_path / "out", tmp_path / "sig", root=tmp_path)
+    params = check_params(yaml.safe_load((REPO / "params.yaml").read_text()))
+    m = run_dedup(params.dedup, {}, tmp_path / "in", tmp_path / "out", tmp_path / "sig", root=tmp_path)
     assert (m["rows_in"], m["rows_out"], m["rejected_by_reason"]) == (24, 24, {})
 
 

@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from common.io import Rejects
+from curation.params import MutantBudget
 from curation.swe.mutate import KINDS, mutants
 from curation.swe.repos import (
     humaneval_repo,
@@ -78,8 +79,8 @@ def test_mbpp_tiny_repository_gives_a_task_that_fails_only_with_the_bug(tmp_path
     repo = mbpp_repo(*mbpp_rows(13))
     assert repo.files["tests/test_solution.py"].count("def test_") == 2
     rejects = Rejects("swe_tasks")
-    rows, stats = build_repo_tasks(repo, {"mutants_per_repo": 6, "tasks_per_repo": 1}, random.Random(0),
-                                   rejects, tmp_path / "repos")
+    rows, stats = build_repo_tasks(repo, MutantBudget(mutants_per_repo=6, tasks_per_repo=1), random.Random(0),
+                                   rejects, tmp_path / "repos", 60.0)
     assert len(rows) == 1 and stats["candidates"] == 1 + len(rejects)
     row = rows[0]
     gt = json.loads(row["ground_truth"])
@@ -94,16 +95,16 @@ def test_baseline_failure_and_equivalent_mutants_are_rejected_with_reasons(tmp_p
     problem, solution = mbpp_rows(11)
     broken = {**solution, "messages": solution["messages"].replace("return s", "return s[::-1]")}
     rejects = Rejects("swe_tasks")
-    rows, _ = build_repo_tasks(mbpp_repo(problem, broken), {"mutants_per_repo": 3, "tasks_per_repo": 1},
-                               random.Random(0), rejects, tmp_path / "repos")
+    rows, _ = build_repo_tasks(mbpp_repo(problem, broken), MutantBudget(mutants_per_repo=3, tasks_per_repo=1),
+                               random.Random(0), rejects, tmp_path / "repos", 60.0)
     assert rows == [] and rejects.by_reason() == {"baseline_fails": 1}
     # a module-level constant nothing reads: its off-by-one mutant is equivalent, the others are noticed
     repo = mbpp_repo(problem, solution)
     repo.files["solution.py"] = ("LIMIT = 0\n\ndef remove_Occ(s, ch):\n"
                                  "    return s.replace(ch, '', 1)[::-1].replace(ch, '', 1)[::-1]\n")
     rejects = Rejects("swe_tasks")
-    rows, stats = build_repo_tasks(repo, {"mutants_per_repo": 10, "tasks_per_repo": 10}, random.Random(0), rejects,
-                                   tmp_path / "repos2")
+    rows, stats = build_repo_tasks(repo, MutantBudget(mutants_per_repo=10, tasks_per_repo=10), random.Random(0), rejects,
+                                   tmp_path / "repos2", 60.0)
     reasons = [r["reason"] for r in rejects.rows]
     assert "equivalent_mutant: no test notices 0 -> 1" in reasons
     assert len(rows) + len(rejects) == stats["mutants"] and {json.loads(r["ground_truth"])["mutation"]["kind"]
@@ -130,8 +131,8 @@ def test_registered_package_toolz_gives_real_multi_file_tasks(tmp_path):
     repo = package_repo(spec, REPO / "data" / "cache" / "swe_sources")
     assert len(repo.files) > 20 and "toolz/tests/test_dicttoolz.py" in repo.files
     rejects = Rejects("swe_tasks")
-    rows, stats = build_repo_tasks(repo, {"mutants_per_repo": 4, "tasks_per_repo": 1}, random.Random(3),
-                                   rejects, tmp_path / "repos")
+    rows, stats = build_repo_tasks(repo, MutantBudget(mutants_per_repo=4, tasks_per_repo=1), random.Random(3),
+                                   rejects, tmp_path / "repos", 60.0)
     assert stats["mutants"] == 35 and len(rows) == 1  # 35 single-site mutants of dicttoolz.py
     gt = json.loads(rows[0]["ground_truth"])
     assert gt["mutation"]["file"] == "toolz/dicttoolz.py" and len(gt["PASS_TO_PASS"]) > 10

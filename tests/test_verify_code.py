@@ -193,12 +193,12 @@ def test_required_isolation_fails_loudly_and_killed_workers_leave_no_directory(m
     monkeypatch.setattr(sandbox, "_probe", lambda: "rlimits")
     monkeypatch.setenv(sandbox.REQUIRE_ENV, "rlimits")
     with pytest.raises(sandbox.SandboxUnavailable, match="install bubblewrap"):
-        sandbox.require_from_params({"sandbox": {"require": "bwrap"}})
+        sandbox.require_from_params(sandbox.SandboxParams(require="bwrap"))
     with pytest.raises(sandbox.SandboxUnavailable):
         run_tests("def f(): pass", {"mode": "assert", "tests": ["assert f() is None"]}, FAST)
     with pytest.raises(ValueError, match="params.yaml sandbox.require"):
-        sandbox.require_from_params({"sandbox": {"require": "chroot"}})
-    assert sandbox.require_from_params({"sandbox": {"require": "rlimits"}}) == "rlimits"
+        sandbox.SandboxParams.from_block({"require": "chroot"})
+    assert sandbox.require_from_params(sandbox.SandboxParams.from_block({"require": "rlimits"})) == "rlimits"
     monkeypatch.setattr(sandbox.tempfile, "gettempdir", lambda: str(tmp_path))
     for name in ("cascade-sbx-4242-a1", "cascade-sbx-4242-b2", "cascade-sbx-42-c3"):
         (tmp_path / name).mkdir()

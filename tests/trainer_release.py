@@ -72,6 +72,7 @@ def build_releases(out: Path, cache: Path, qwen3_dir: Path) -> Path:
     """``out/rl`` and ``out/sft``: a small release of real rows (every config of the RL release:
     each domain's set and the ``multi_domain`` / ``mopd`` mixes of params.yaml)."""
     from curation.build import build_sets
+    from curation.params import BuildParams
     from curation.release import export_release
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())["build"]
@@ -81,7 +82,7 @@ def build_releases(out: Path, cache: Path, qwen3_dir: Path) -> Path:
     frames = {kind: pl.from_arrow(pa.Table.from_pylist(
         [r for n, rs in rows.items() if SCHEMAS_KIND[n] == kind for r in rs], schema=SCHEMAS[kind]))
         for kind in ("sft", "rl")}
-    sets, _, _ = build_sets(frames["sft"], frames["rl"], params)
+    sets, _, _ = build_sets(frames["sft"], frames["rl"], BuildParams.model_validate(params))
     rl = {name.removeprefix("rl/"): splits for name, splits in sets.items() if name.startswith("rl/")}
     sft = {domain: {split: df.filter(pl.col("domain") == domain) for split, df in sets["sft"].items()}
            for domain in frames["sft"]["domain"].unique().to_list()}

@@ -29,7 +29,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -44,6 +44,9 @@ from curation.swe.repos import (
     package_repo,
 )
 from validators.swe.workspace import TestRun, copy_repo, run_tests, tempdir
+
+if TYPE_CHECKING:
+    from curation.params import MutantBudget, SWETasksParams
 
 STATEMENT_CHARS = 2500
 _SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$", re.MULTILINE)
@@ -94,19 +97,20 @@ def _write_files(root: Path, files: dict[str, str]) -> None:
         (root / rel).write_text(text, encoding="utf-8")
 
 
-def build_repo_tasks(repo: Repo, cfg: dict[str, Any], rng: random.Random, rejects: Rejects,
-                     snapshots: Path) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def build_repo_tasks(repo: Repo, budget: MutantBudget, rng: random.Random, rejects: Rejects, snapshots: Path,
+                     test_timeout_s: float) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Tasks of one repository; rejected candidates go to ``rejects``. The clean repository is
     written to ``snapshots/<repo.name>`` when it yields a task.
 
     Args:
-        cfg: ``mutants_per_repo``, ``tasks_per_repo``, ``test_timeout_s``.
+        budget: mutants tried and tasks kept (``swe_tasks.tiny`` or ``swe_tasks.package``).
+        test_timeout_s: wall clock of one sandboxed pytest run.
     Returns:
         ``(rows, stats)``: canonical RL rows and ``{"candidates", "mutants", "test_runs", "test_s"}``.
     """
     stats = {"candidates": 0, "mutants": 0, "test_runs": 0, "test_s": 0.0}
     rows: list[dict[str, Any]] = []
-    timeout = float(cfg.get("test_timeout_s", 60))
+    timeout = test_timeout_s
     tmp = tempdir("cascade-swe-")
     try:
         clean = tmp / "clean"
@@ -130,8 +134,8 @@ def build_repo_tasks(repo: Repo, cfg: dict[str, Any], rng: random.Random, reject
         pool: list[tuple[str, Mutant]] = [(path, m) for path in repo.source_files for m in mutants(repo.files[path])]
         stats["mutants"] = len(pool)
         rng.shuffle(pool)
-        for path, mutant in pool[:int(cfg["mutants_per_repo"])]:
-            if len(rows) >= int(cfg["tasks_per_repo"]):
+        for path, mutant in pool[:budget.mutants_per_repo]:
+            if len(rows) >= budget.tasks_per_repo:
                 break
             stats["candidates"] += 1
             record = {"repo": repo.name, "file": path, "line": mutant.line, "kind": mutant.kind,
@@ -178,7 +182,7 @@ def task_row(repo: Repo, path: str, mutant: Mutant, fail_to_pass: list[str], pas
     return validate_row("rl", row)
 
 
-def code_repos(rl: pl.DataFrame, sft: pl.DataFrame, bench: pl.DataFrame | None, cfg: dict[str, Any],
+def code_repos(rl: pl.DataFrame, sft: pl.DataFrame, bench: pl.DataFrame | None, cfg: SWETasksParams,
                rejects: Rejects) -> list[Repo]:
     """Tiny repositories: the first ``mbpp_problems`` MBPP problems that have a reference solution
     and the first ``humaneval_problems`` HumanEval problems (a benchmark: 0 by default).
@@ -188,7 +192,7 @@ def code_repos(rl: pl.DataFrame, sft: pl.DataFrame, bench: pl.DataFrame | None, 
     sols = {json.loads(r["metadata"]).get("task_id"): r
             for r in sft.filter(pl.col("source") == "mbpp_solutions").iter_rows(named=True)}
     out = []
-    for row in rl.filter(pl.col("source") == "mbpp_problems").head(int(cfg.get("mbpp_problems", 0))).iter_rows(named=True):
+    for row in rl.filter(pl.col("source") == "mbpp_problems").head(cfg.mbpp_problems).iter_rows(named=True):
         sol = sols.get(json.loads(row["metadata"]).get("task_id"))
         try:
             if sol is None:
@@ -196,7 +200,7 @@ def code_repos(rl: pl.DataFrame, sft: pl.DataFrame, bench: pl.DataFrame | None, 
             out.append(mbpp_repo(row, sol))
         except ValueError as exc:
             rejects.add(row["source"], row["uuid"], f"no_repository: {exc}", row)
-    n_he = int(cfg.get("humaneval_problems", 0))
+    n_he = cfg.humaneval_problems
     if n_he and bench is not None:
         for row in bench.filter(pl.col("source") == "humaneval").head(n_he).iter_rows(named=True):
             try:
@@ -206,7 +210,7 @@ def code_repos(rl: pl.DataFrame, sft: pl.DataFrame, bench: pl.DataFrame | None, 
     return out
 
 
-def run_swe_tasks(cfg: dict[str, Any], registry: str | Path, ingested: Path, out_dir: Path,
+def run_swe_tasks(cfg: SWETasksParams, registry: str | Path, ingested: Path, out_dir: Path,
                   root: Path = Path(".")) -> dict[str, Any]:
     """The ``swe_tasks`` step: build tasks from code problems and registered repositories.
 
@@ -225,28 +229,27 @@ def run_swe_tasks(cfg: dict[str, Any], registry: str | Path, ingested: Path, out
     rejects = Rejects("swe_tasks")
     rl = pl.from_arrow(read_parquet(ingested / "rl.parquet"))
     sft = pl.from_arrow(read_parquet(ingested / "sft.parquet"))
-    bench = pl.from_arrow(read_parquet(ingested / "benchmarks.parquet")) if cfg.get("humaneval_problems") else None
+    bench = pl.from_arrow(read_parquet(ingested / "benchmarks.parquet")) if cfg.humaneval_problems else None
     specs = {s.name: s for s in load_repositories(registry)}
-    unknown = sorted(set(cfg.get("repositories", [])) - set(specs))
+    unknown = sorted(set(cfg.repositories) - set(specs))
     if unknown:
         raise ValueError(f"swe_tasks.repositories: {unknown} not in the registry's repositories {sorted(specs)}")
     tiny = code_repos(rl, sft, bench, cfg, rejects)
     problems_rejected = len(rejects)
-    packages = [package_repo(specs[n], cfg["cache_dir"]) for n in cfg.get("repositories", [])]
+    packages = [package_repo(specs[n], cfg.cache_dir) for n in cfg.repositories]
     out_dir = Path(out_dir)
-    rng = random.Random(int(cfg.get("seed", 0)))
+    rng = random.Random(cfg.seed)
     rows, totals, per_source = [], {"candidates": 0, "mutants": 0, "test_runs": 0, "test_s": 0.0}, {}
     with atomic_dir(out_dir) as staging:
-        for repo, limits in [(r, cfg["tiny"]) for r in tiny] + [(p, cfg["package"]) for p in packages]:
-            got, stats = build_repo_tasks(repo, {**limits, "test_timeout_s": cfg.get("test_timeout_s", 60)},
-                                          rng, rejects, staging / "repos")
+        for repo, budget in [(r, cfg.tiny) for r in tiny] + [(p, cfg.package) for p in packages]:
+            got, stats = build_repo_tasks(repo, budget, rng, rejects, staging / "repos", cfg.test_timeout_s)
             rows += got
             per_source[repo.source] = per_source.get(repo.source, 0) + len(got)
             for k, v in stats.items():
                 totals[k] += v
         rows.sort(key=lambda r: r["uuid"])
-        random.Random(int(cfg.get("seed", 0))).shuffle(rows)
-        n_val = min(int(cfg.get("validation_rows", 0)), len(rows) // 2)
+        random.Random(cfg.seed).shuffle(rows)
+        n_val = min(cfg.validation_rows, len(rows) // 2)
         for split, part in (("validation", rows[:n_val]), ("train", rows[n_val:])):
             write_parquet(pl.DataFrame(part, schema=pl.from_arrow(SCHEMAS["rl"].empty_table()).schema).to_arrow(),
                           staging / f"{split}.parquet", SCHEMAS["rl"])

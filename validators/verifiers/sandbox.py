@@ -55,6 +55,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 NOBODY = 65534
 INSIDE_DIR = "/sandbox"
@@ -434,18 +437,36 @@ def require(level: str | None) -> str:
     return isolation()
 
 
-def require_from_params(params: dict) -> str:
-    """:func:`require` with ``params["sandbox"]["require"]`` (default ``bwrap``): what the DVC steps
-    that run generated code (synthesize, difficulty, train) call before any work.
+class SandboxParams(BaseModel):
+    """``params.yaml: sandbox``: ``require`` is the weakest isolation generated code may run under
+    (``bwrap`` | ``unshare`` | ``rlimits``; null: anything)."""
+
+    model_config = ConfigDict(extra="forbid")
+    require: Literal["bwrap", "unshare", "rlimits"] | None = "bwrap"
+
+    @classmethod
+    def from_block(cls, block: dict[str, Any] | None) -> SandboxParams:
+        """The ``sandbox`` block of a raw ``params.yaml`` dict (``cascade train`` reads the file unchecked).
+
+        Raises:
+            ValueError: naming the params key, e.g. ``params.yaml sandbox.require: Input should be ...``.
+        """
+        try:
+            return cls.model_validate(block or {})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ValueError(f"params.yaml sandbox.{where}: {err['msg']} (got {err['input']!r})") from None
+
+
+def require_from_params(params: SandboxParams) -> str:
+    """:func:`require` with ``params.require``: what the DVC steps that run generated code (synthesize,
+    difficulty, train) call before any work.
 
     Raises:
-        ValueError: naming the params key when the value is unknown. SandboxUnavailable.
+        SandboxUnavailable: the best isolation here is weaker, with what to install.
     """
-    level = (params.get("sandbox") or {}).get("require", "bwrap")
-    try:
-        return require(level)
-    except ValueError as exc:
-        raise ValueError(f"params.yaml sandbox.require: {exc}") from None
+    return require(params.require)
 
 
 @functools.lru_cache(maxsize=1)
