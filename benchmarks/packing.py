@@ -34,13 +34,13 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
+from corpora.chat import to_chat
 from packing.plan import plan_packs
 from packing.tokenize import (
     CHATML_GENERATION,
     ChatTokenizer,
     TemplateError,
     iter_tokenized,
-    to_chat,
 )
 from packing.writer import iter_packs
 

@@ -9,7 +9,7 @@ source row, or fails iterating ``None``.
 The canonical schema makes null mean absent for exactly those optional keys: ``role`` and
 ``content`` are required strings (adapters turn a null ``content`` into ``""``), every key of a
 tool call is required, and :func:`corpora.schema.validate_row` stores an absent optional key as
-null, so an explicit null and an absent key are one canonical row (``packing.tokenize.to_chat``
+null, so an explicit null and an absent key are one canonical row (``corpora.chat.to_chat``
 trains on it with nulls dropped). Tool schemas (``tools``) and tool-call ``arguments`` are JSON
 strings and come back byte for byte. :func:`drop_absent_keys` is therefore an exact inverse of the
 padding; its source is printed in each release's dataset card so that the card's snippet works

@@ -3,7 +3,7 @@
 - **TRL GRPOTrainer**: :func:`load_for_trl` loads an RL release config as a conversational ``prompt``
   dataset: every row keeps all its columns (``agent_ref``, ``ground_truth``, ``kwargs``... which
   TRL hands to :mod:`validators.rewards.trl`'s reward functions) and gains ``prompt``, the row's input
-  messages (:func:`trl_prompt`).
+  messages (:func:`corpora.chat.trl_prompt`).
 - **TRL SFTTrainer**: the SFT release loads as it is (``datasets.load_dataset``): ``messages`` plus
   ``tools`` as a JSON string, which SFTTrainer decodes. Arrow gives every message every key
   (``tool_calls: None`` on a plain turn), which templates that test a key's presence render wrongly,
@@ -16,8 +16,8 @@
   (the rest of the row, read back by :mod:`validators.rewards.verl`).
 
 Both trainers render every prompt of a run with one set of tools (TRL: the trainer's ``tools``), not
-a row's own, so a row's tool schemas go into its system turn (``stages.environment.inline_tools``,
-the text this package's own runners give templates that do not render tools).
+a row's own, so a row's tool schemas go into its system turn (:func:`corpora.chat.trl_prompt`, the
+text this package's own runners give templates that do not render tools).
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from corpora.chat import trl_prompt
 from curation.release_loader import drop_absent_keys
-from packing.tokenize import to_chat
-from stages.environment import inline_tools
 
 VERL_SCHEMA = pa.schema([
     ("data_source", pa.string()),
@@ -56,13 +55,6 @@ def _rl_only(ds: Any, path: str | Path, config: str) -> Any:
     return ds
 
 
-def trl_prompt(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conversational prompt of a row's ``responses_create_params``: its ``input`` messages (null
-    keys dropped, tool-call arguments decoded) with its ``tools`` in the system turn."""
-    chat, tools = to_chat(params["input"], params.get("tools"))
-    return inline_tools(chat, tools)
-
-
 def trl_columns(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """``datasets`` transform of an RL release batch: :func:`drop_absent_keys`, plus ``prompt``."""
     batch = drop_absent_keys(batch)
@@ -79,8 +71,8 @@ def load_for_trl(path: str | Path, config: str, split: str | None = "train") -> 
         split: one split (a ``datasets.Dataset``), or None for all (a ``DatasetDict``).
 
     Returns:
-        The release rows, every column kept, plus ``prompt`` (:func:`trl_prompt`), computed on access
-        (a ``with_transform``), so nothing is copied or padded.
+        The release rows, every column kept, plus ``prompt`` (:func:`corpora.chat.trl_prompt`),
+        computed on access (a ``with_transform``), so nothing is copied or padded.
 
     Raises:
         ValueError: not an RL release; ValueError / FileNotFoundError from ``datasets.load_dataset``

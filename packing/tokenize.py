@@ -1,8 +1,8 @@
 """Chat-template tokenization with assistant-only loss masks.
 
-Each SFT row (``corpora.schema.SFT_SCHEMA``) is rendered with the tokenizer's
-own chat template (``apply_chat_template``, tools and reasoning included) and
-tokenized once; ``loss_mask`` marks exactly the tokens the assistant produces.
+Each SFT row (``corpora.schema.SFT_SCHEMA``, in chat format by :func:`corpora.chat.to_chat`) is
+rendered with the tokenizer's own chat template (``apply_chat_template``, tools and reasoning
+included) and tokenized once; ``loss_mask`` marks exactly the tokens the assistant produces.
 
 How the assistant spans are found, without ``{% generation %}`` markers (most
 templates, SmolLM2's ChatML and Qwen3's among them, have none, and
@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from corpora.chat import to_chat
 from packing.bpe import FastBPE, fast_bpe
 
 #: SmolLM2's own ChatML template with ``{% generation %}`` markers around what the assistant
@@ -93,24 +94,6 @@ class TokenizedDoc:
 
     def __len__(self) -> int:
         return len(self.input_ids)
-
-
-def to_chat(messages: Sequence[dict[str, Any]], tools: str | None) -> tuple[list[dict], list[dict] | None]:
-    """Schema messages and tools (JSON string) to what chat templates read.
-
-    Drops null fields, decodes tool-call ``arguments`` to objects (Hugging Face
-    chat format) and ``tools`` to a list (``None`` when empty).
-    """
-    chat = []
-    for m in messages:
-        msg = {k: v for k, v in m.items() if v is not None}
-        if msg.get("tool_calls"):
-            msg["tool_calls"] = [{**c, "function": {"name": c["function"]["name"],
-                                                    "arguments": json.loads(c["function"]["arguments"])}}
-                                 for c in msg["tool_calls"]]
-        chat.append(msg)
-    parsed = json.loads(tools) if tools else None
-    return chat, (parsed or None)
 
 
 class ChatTokenizer:

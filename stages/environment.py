@@ -3,7 +3,8 @@
 - :func:`load_rl_rows` reads canonical RL sets (``corpora/schema.py`` ``RL_SCHEMA``).
 - :class:`PromptBuilder` renders a row's ``responses_create_params`` with the tokenizer's
   chat template (tools included; a template that ignores ``tools`` gets them as a system
-  turn) and refuses prompts longer than the budget, so the caller counts them.
+  turn: :func:`corpora.chat.prompt_messages`) and refuses prompts longer than the budget, so
+  the caller counts them.
 - An :class:`Environment` scores responses: ``verifiers`` dispatches every row to the
   verifier its ``agent_ref`` names (``validators.verifiers.verify_batch``, NeMo-Gym
   convention); ``function`` wraps a plain ``reward(response, row) -> float``.
@@ -11,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,10 +19,7 @@ from typing import Any, Protocol
 import pyarrow.parquet as pq
 
 from common import plugins
-from packing.tokenize import to_chat
-
-TOOLS_PREAMBLE = ("You can call these tools. To call one, answer with "
-                  "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.\n<tools>\n{tools}\n</tools>")
+from corpora.chat import prompt_messages, renders_tools
 
 
 def load_rl_rows(dataset: str | Path, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
@@ -39,18 +36,6 @@ def load_rl_rows(dataset: str | Path, split: str = "train", limit: int | None = 
     return (table.slice(0, limit) if limit is not None else table).to_pylist()
 
 
-def inline_tools(chat: list[dict[str, Any]], tools: list[dict] | None) -> list[dict[str, Any]]:
-    """``chat`` with the tool schemas in its system turn (:data:`TOOLS_PREAMBLE`, one JSON schema per
-    line; a system turn is prepended when there is none): the prompt of a template, or a trainer, that
-    does not take a row's own ``tools``. ``chat`` unchanged when ``tools`` is empty."""
-    if not tools:
-        return chat
-    block = TOOLS_PREAMBLE.replace("{tools}", "\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
-    if chat and chat[0]["role"] == "system":
-        return [{**chat[0], "content": chat[0]["content"] + "\n\n" + block}, *chat[1:]]
-    return [{"role": "system", "content": block}, *chat]
-
-
 class PromptTooLong(ValueError):
     """A prompt exceeds ``max_prompt_tokens`` (the reason ``prompt_too_long`` in stage metrics)."""
 
@@ -65,17 +50,12 @@ class PromptBuilder:
 
     def __init__(self, tokenizer: Any, max_prompt_tokens: int = 1024):
         self.tokenizer, self.max_prompt_tokens = tokenizer, max_prompt_tokens
-        probe = [{"type": "function", "function": {"name": "probe_tool_name", "parameters": {}}}]
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tools=probe, tokenize=False)
-        self.template_renders_tools = "probe_tool_name" in rendered
+        self.template_renders_tools = renders_tools(tokenizer)
 
     def messages(self, row: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict] | None]:
-        """The chat and tools the template receives (tools moved into a system turn if needed)."""
-        params = row["responses_create_params"]
-        chat, tools = to_chat(params["input"], params.get("tools"))
-        if tools and not self.template_renders_tools:
-            return inline_tools(chat, tools), None
-        return chat, tools
+        """The chat and tools the template receives (tools moved into a system turn if needed:
+        :func:`corpora.chat.prompt_messages`)."""
+        return prompt_messages(row["responses_create_params"], self.template_renders_tools)
 
     def __call__(self, row: dict[str, Any]) -> list[int]:
         """Prompt token ids. Raises PromptTooLong naming the row's uuid and its length."""

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from corpora.chat import to_chat
 from packing.overflow import OverflowStats, apply_overflow
-from packing.tokenize import CHATML_GENERATION, ChatTokenizer, TemplateError, to_chat
+from packing.tokenize import CHATML_GENERATION, ChatTokenizer, TemplateError
 from tests.handed import handed_case
 
 

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.verifiers import bfcl_response, real_rows
+from corpora.chat import trl_prompt
 from curation.release_loader import load_release
-from curation.trainer_layouts import load_for_trl, trl_prompt, write_verl
+from curation.trainer_layouts import load_for_trl, write_verl
 from validators.rewards import nemo_gym, verl
 from validators.rewards.trl import completion_text, reward_func, reward_funcs
 from validators.verifiers import verify

@@ -13,8 +13,9 @@ sandbox, in the episode's own copy of the repository, by :mod:`validators.swe.ha
 ==============  ========================================================================
 
 The model calls tools in its tokenizer's tool-call format; templates without one (SmolLM2's
-ChatML) get the tool list in the system prompt (:class:`stages.environment.PromptBuilder`) and
-answer with ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, parsed by
+ChatML) get the tool list in the system prompt (:func:`corpora.chat.prompt_messages`, through
+:class:`stages.environment.PromptBuilder`) and answer with ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+blocks (:data:`corpora.chat.TOOL_CALL_FORMAT`), parsed by
 :func:`validators.verifiers.tool_call.parse_calls`. Tool results come back as ``tool`` turns.
 
 Reward (:meth:`SWEEnvironment.grade`): after the episode every test file (the task's test files,
@@ -46,6 +47,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from common.answers import row_json
+from corpora.chat import TOOL_CALL_FORMAT
 from corpora.swe_tools import TOOL_NAMES
 from validators.swe.workspace import copy_repo, run_in_workspace, run_tests, tempdir
 from validators.verifiers.registry import Verdict, Verifier
@@ -301,7 +303,7 @@ class SWEEnvironment:
         calls, malformed = parse_calls(response)
         out = [f"error: {m}" for m in malformed]
         if not calls and not malformed:
-            out.append("No tool call found. Answer with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.")
+            out.append(f"No tool call found. Answer with {TOOL_CALL_FORMAT}.")
         for name, args in calls[:self.cfg.max_calls_per_turn]:
             if name == "submit":
                 ep.end("submitted")
