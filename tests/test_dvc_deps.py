@@ -17,6 +17,7 @@ and adapters likewise. A module is covered by a dependency that is its file or a
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import shlex
 from functools import cache
@@ -227,6 +228,18 @@ def _load() -> tuple[dict[str, Any], dict[str, Any]]:
             yaml.safe_load((REPO / "params.yaml").read_text()))
 
 
+def _generator():
+    """``scripts/dvc_stages.py``, which writes the training stages and ``report`` of dvc.yaml from params."""
+    spec = importlib.util.spec_from_file_location("dvc_stages", REPO / "scripts/dvc_stages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _generated(params: dict[str, Any]) -> dict[str, Any]:
+    return yaml.safe_load("stages:\n" + _generator().render(params))["stages"]
+
+
 def test_every_stage_declares_every_module_its_command_runs():
     stages, params = _load()
     missing = {name: uncovered(stage, params) for name, stage in stages.items()}
@@ -260,3 +273,41 @@ def test_training_stages_use_the_model_param_and_swe_rl_follows_code_rl():
     for name in params["cascade"]["order"][1:]:
         if any(str(d).startswith("data/sets/rl") for d in params["cascade"]["stages"][name]["datasets"]):
             assert "data/filtered" in stages[name]["deps"], name
+
+
+def test_the_training_stages_are_generated_from_params():
+    text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert _generator().update(text, params) == text, "dvc.yaml is stale: run `python scripts/dvc_stages.py`"
+    stages = _load()[0]
+    cascade = params["cascade"]
+    assert [s for s in stages if s in cascade["stages"]] == [*cascade["order"], "swe_rl"]  # order, then the rest
+    # each stage starts from the previous one in `order` (the first from the model), swe_rl from its init
+    assert stages["sft"]["deps"][0] == "${cascade.model}" and "data/packed" in stages["sft"]["deps"]
+    for prev, name in zip(cascade["order"], cascade["order"][1:]):
+        assert stages[name]["deps"][0] == f"data/checkpoints/{prev}", name
+    assert stages["swe_rl"]["deps"][0] == "data/checkpoints/code_rl"
+    assert {"data/swe", "validators/swe", "corpora/swe_tools.py"} <= set(stages["swe_rl"]["deps"])
+    # MOPD may take a teacher from any earlier checkpoint; rlhf's judge is a model dir
+    assert {f"data/checkpoints/{s}" for s in cascade["order"][:3]} <= set(stages["mopd"]["deps"])
+    assert "${cascade.stages.rlhf.environment_kwargs.judge_model}" in stages["rlhf"]["deps"]
+    assert stages["report"]["deps"][:len(cascade["order"])] == [f"data/checkpoints/{s}" for s in cascade["order"]]
+    assert [next(iter(p.values()))["y"] for s in ("sft", "if_rl", "mopd") for p in stages[s]["plots"]
+            if next(iter(p)).endswith(".csv")] == ["loss", "reward_mean", "reverse_kl"]
+
+
+def test_a_new_stage_is_a_params_block():
+    """A block in ``cascade.stages`` (and ``order``) gives a complete DVC stage: no hand-written dvc.yaml."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    cascade = params["cascade"]
+    last = cascade["order"][-1]
+    cascade["stages"]["new_rl"] = {"runner": "grpo", "datasets": ["data/sets/rl/math"], "steps": 1}
+    cascade["stages"]["new_mopd"] = {"runner": "mopd", "datasets": ["data/sets/rl/mopd"], "init": "new_rl"}
+    cascade["order"].append("new_rl")
+    stages = _generated(params)
+    assert list(stages) == [*cascade["order"], *(s for s in cascade["stages"] if s not in cascade["order"]), "report"]
+    assert stages["new_rl"]["deps"][:3] == [f"data/checkpoints/{last}", "data/sets/rl", "data/filtered"]
+    assert "cascade.order" in stages["new_rl"]["params"] and "cascade.order" not in stages["new_mopd"]["params"]
+    assert "data/checkpoints/new_rl" in stages["report"]["deps"]
+    assert {f"data/checkpoints/{s}" for s in cascade["order"]} <= set(stages["new_mopd"]["deps"])
+    assert {name: uncovered(stages[name], params) for name in ("new_rl", "new_mopd")} == {"new_rl": [], "new_mopd": []}
