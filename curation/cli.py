@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print_summary(rows)
         return 0
     if args.command == "release":
-        from curation.pipeline import RELEASE
+        from common.paths import RELEASE
         from curation.release import push_release
 
         token = os.environ.get("HF_TOKEN")

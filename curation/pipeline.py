@@ -15,23 +15,27 @@ from typing import Any
 import polars as pl
 
 from common.io import Rejects, finish_step, read_parquet, remove_spills, write_json, write_parquet
+from common.paths import (
+    ASSETS,
+    DECONTAM_INDEX,
+    DECONTAMINATED,
+    DEDUPED,
+    FILTERED,
+    INGESTED,
+    MINHASH,
+    PACKED,
+    RELEASE,
+    SETS,
+    SOURCES,
+    SWE,
+    SYNTHESIZED,
+    TOKENIZED,
+)
 from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
 from curation.params import PipelineParams, SamplingParams
 from validators.verifiers.sandbox import require_from_params as require_sandbox
 
-SOURCES = Path("data/sources")
-ASSETS = Path("data/assets")
-INGESTED = Path("data/ingested")
-DEDUPED = Path("data/dedup")
-MINHASH = Path("data/minhash")
-SYNTHESIZED = Path("data/synthesized")
-DECONTAM_INDEX = Path("data/decontam_index")
-DECONTAMINATED = Path("data/decontaminated")
-SETS = Path("data/sets")
-RELEASE = Path("release")
-TOKENIZED = Path("data/tokenized")
-PACKED = Path("data/packed")
 KINDS = ("sft", "rl")
 
 
@@ -170,9 +174,6 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
             write_parquet(df.to_arrow(), SETS / name / f"{split}.parquet", SCHEMAS[name.split("/")[0]])
             out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
     return finish_step("build", len(sft) + len(rl), out_rows, rejects, **stats)
-
-
-FILTERED = Path("data/filtered")
 
 
 def sampling_config(p: SamplingParams) -> dict[str, Any]:
@@ -358,7 +359,7 @@ def step_swe_tasks(params: PipelineParams) -> dict[str, Any]:
     """SWE bug-fix tasks from code problems and registered packages (``data/swe``, curation/swe/tasks.py)."""
     from curation.swe.tasks import run_swe_tasks
 
-    return run_swe_tasks(params.swe_tasks, params.sources.registry, INGESTED, Path("data/swe"))
+    return run_swe_tasks(params.swe_tasks, params.sources.registry, INGESTED, SWE)
 
 
 STEPS = {

@@ -46,11 +46,11 @@ FILTERED = "data/filtered"
 CODE = [
     ("stages", ""),
     ("validators/verifiers", "rewards (GRPO's verifier environment) and per-domain validation"),
-    ("packing/tokenize.py", "chat rendering of the prompts (stages/environment.py)"),
-    ("packing/bpe.py", ""),
+    ("corpora/chat.py", "chat rendering of the prompts (stages/environment.py)"),
     ("common/answers.py", ""),
     ("common/io.py", ""),
     ("common/plugins.py", ""),
+    ("common/paths.py", "where the sets are (stages/datasets.py)"),
 ]
 # runner -> (dep, comment): code outside CODE that the runner (or its environment) runs
 RUNNER_CODE = {
@@ -72,6 +72,7 @@ REPORT = """\
       - stages/checkpoints.py
       - stages/datasets.py
       - common/io.py
+      - common/paths.py
     params:
       - cascade.order
       - cascade.report

@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-SETS = Path("data/sets")
-FILTERED = Path("data/filtered")
+from common.paths import FILTERED, SETS
+
 MANIFEST = "manifest.json"
 
 
