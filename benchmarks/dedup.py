@@ -49,7 +49,8 @@ def make_labelled(texts: list[str], originals: int, seed: int = 0) -> tuple[pl.D
     """(docs ``id``/``text``, pairs ``a``/``b``/``jaccard``) from real ``texts`` by controlled edits."""
     import numpy as np
 
-    from curation.minhash import MinHashConfig, jaccard, shingles
+    from curation.minhash import jaccard, shingles
+    from curation.params import MinHashConfig
 
     rng = random.Random(seed)
     pool = [t for t in texts if 80 <= len(t.split()) <= 3000]
@@ -86,7 +87,8 @@ def score(pairs: pl.DataFrame, cluster: dict[str, str]) -> dict[str, float]:
 
 # ------------------------------------------------------------------ our side
 def _ours_clusters(docs: pl.DataFrame):
-    from curation.minhash import AlarmParams, MinHashConfig, near_dedup
+    from curation.minhash import near_dedup
+    from curation.params import AlarmParams, MinHashConfig
 
     cfg = MinHashConfig(workers=WORKERS, batch_rows=1000)
     frame = docs.rename({"id": "uuid"})
@@ -103,7 +105,8 @@ def _datasketch_vs_numpy(texts: list[str]) -> dict[str, float]:
     import datasketch
     import numpy as np
 
-    from curation.minhash import MinHashConfig, minhash, shingles
+    from curation.minhash import minhash, shingles
+    from curation.params import MinHashConfig
 
     cfg = MinHashConfig()
     h, off = shingles(pl.Series(texts), cfg)

@@ -31,10 +31,10 @@ from common.executor import Executor, LocalExecutor, ParquetBatches
 from common.io import Rejects, atomic_path, finish_step, write_parquet
 from common.text import row_text, text_hashes, user_text
 from corpora.schema import SCHEMAS
-from curation.minhash import MinHashConfig, cross_dedup, near_dedup
+from curation.minhash import cross_dedup, near_dedup
 
 if TYPE_CHECKING:
-    from curation.params import DedupParams
+    from curation.params import DedupParams, MinHashConfig
 
 KINDS = ("sft", "rl")
 

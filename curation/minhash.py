@@ -25,20 +25,21 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import datasketch
 import numpy as np
 import polars as pl
-from datasketch.lsh import _optimal_param
-from pydantic import BaseModel, ConfigDict, Field
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
 from common.executor import call_with, ordered_map
 from common.text import md5_hex, normalize
-from curation.ngrams import TOKENIZER, Tokens, fmix64, tokenize, window_hashes
+from curation.ngrams import Tokens, fmix64, tokenize, window_hashes
+
+if TYPE_CHECKING:
+    from curation.params import AlarmParams, MinHashConfig
 
 Batches = Callable[[], Iterable[pl.DataFrame]]
 """A re-iterable stream of frames with at least ``uuid`` and ``text`` (Utf8) columns; one with a
@@ -47,51 +48,6 @@ Batches = Callable[[], Iterable[pl.DataFrame]]
 
 class DedupAlarm(RuntimeError):
     """A near-dedup alarm fired (cluster too large, or a source lost too many rows)."""
-
-
-class MinHashConfig(BaseModel):
-    """Near-dedup hashing settings, the one definition (as datatrove's ``MinhashConfig``): the base of
-    the ``params.yaml: dedup.near`` block (:class:`curation.params.NearParams` adds what is not hashing).
-
-    ``threshold`` is the Jaccard similarity above which two texts are duplicates;
-    ``false_negative_weight`` weighs missed pairs against extra candidates when
-    choosing bands x rows (datasketch ``MinHashLSH`` weights, which sum to 1). ``batch_rows`` and
-    ``workers`` say how signatures are computed (rows per streamed batch, threads), not what they are.
-
-    Raises:
-        pydantic.ValidationError: a value out of its range or not among the choices (``check_params``
-            turns it into one line naming ``dedup.near.<key>``).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    ngram: int = Field(5, ge=1)
-    shingle: Literal["word", "char"] = "word"
-    num_perm: int = Field(128, ge=1)
-    threshold: float = Field(0.8, gt=0.0, le=1.0)
-    false_negative_weight: float = Field(0.95, ge=0.0, le=1.0)
-    seed: int = 1
-    scheme: Literal["affine32"] = "affine32"
-    batch_rows: int = Field(1000, ge=1)
-    workers: int = Field(2, ge=1)
-
-    @property
-    def bands_rows(self) -> tuple[int, int]:
-        """(bands, rows) minimizing datasketch's weighted false positive + negative areas."""
-        fn = self.false_negative_weight
-        return _optimal_param(self.threshold, self.num_perm, 1.0 - fn, fn)
-
-    def settings(self) -> dict[str, Any]:
-        """Everything a signature depends on; stored next to the signatures."""
-        bands, rows = self.bands_rows
-        return {"num_perm": self.num_perm, "bands": bands, "rows": rows, "seed": self.seed,
-                "scheme": self.scheme, "shingle": self.shingle, "ngram": self.ngram,
-                "threshold": self.threshold, "tokenizer": TOKENIZER,
-                "datasketch_version": datasketch.__version__}
-
-    def tag(self) -> str:
-        """Short name of the settings, e.g. ``5w_128p_16b8r_s1``."""
-        s = self.settings()
-        return f"{self.ngram}{self.shingle[0]}_{self.num_perm}p_{s['bands']}b{s['rows']}r_s{self.seed}"
 
 
 @dataclass
@@ -296,17 +252,6 @@ def survivors(meta: pl.DataFrame, labels: np.ndarray) -> pl.DataFrame:
     best = (m.sort("priority", pl.col("length"), "uuid", descending=[False, True, False])
             .group_by("cluster", maintain_order=True).first().select("cluster", pl.col("uuid").alias("survivor")))
     return m.join(best, on="cluster", how="left", maintain_order="left")
-
-
-class AlarmParams(BaseModel):
-    """``params.yaml: dedup.near.alarms``: a near-duplicate cluster larger than ``max_cluster_size``, or a
-    source losing more than ``max_source_loss`` (a fraction) of its rows, is shown, and fails the step
-    when ``on_alarm`` is ``fail``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_cluster_size: int = Field(200, ge=1)
-    max_source_loss: float = Field(0.5, ge=0.0, le=1.0)
-    on_alarm: Literal["fail", "warn"] = "fail"
 
 
 def check_alarms(removed: pl.DataFrame, meta: pl.DataFrame, snippets: dict[str, str], alarms: AlarmParams,

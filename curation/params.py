@@ -7,7 +7,7 @@ the closest known one. Every data step receives its block as its model (``params
 ``params.tokenize``), never the dict, and every default is written once, in the model. A block's
 model lives with the code that reads it where that code sits below ``curation/`` (the executor in
 :mod:`common.executor`, the sandbox in :mod:`validators.verifiers.sandbox`, tokenize and pack in
-:mod:`packing.steps`, the MinHash settings in :mod:`curation.minhash`); this module assembles them.
+:mod:`packing.params`); this module assembles them and holds the rest.
 The ``cascade`` block is checked per stage by the runners' own configs (``cascade train``).
 """
 
@@ -21,8 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from common.executor import ExecutorParams
 from corpora.readers import MAX_RECORD_BYTES
 from corpora.schema import rl_domains
-from curation.minhash import AlarmParams, MinHashConfig
-from packing.steps import PackParams, TokenizeParams
+from packing.params import PackParams, TokenizeParams
 from validators.verifiers.sandbox import SandboxParams
 
 Fraction = Field(ge=0.0, le=1.0)
@@ -40,6 +39,69 @@ class SourcesParams(Block):
 
 class IngestParams(Block):
     max_record_bytes: int = Field(MAX_RECORD_BYTES, ge=1)  # a larger stored record is rejected unread
+
+
+class MinHashConfig(Block):
+    """Near-dedup hashing settings, the one definition (as datatrove's ``MinhashConfig``): the base of
+    the ``params.yaml: dedup.near`` block (:class:`NearParams` adds what is not hashing), and what
+    :mod:`curation.minhash` computes signatures and LSH bands with.
+
+    ``threshold`` is the Jaccard similarity above which two texts are duplicates;
+    ``false_negative_weight`` weighs missed pairs against extra candidates when
+    choosing bands x rows (datasketch ``MinHashLSH`` weights, which sum to 1). ``batch_rows`` and
+    ``workers`` say how signatures are computed (rows per streamed batch, threads), not what they are.
+
+    Raises:
+        pydantic.ValidationError: a value out of its range or not among the choices (``check_params``
+            turns it into one line naming ``dedup.near.<key>``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ngram: int = Field(5, ge=1)
+    shingle: Literal["word", "char"] = "word"
+    num_perm: int = Field(128, ge=1)
+    threshold: float = Field(0.8, gt=0.0, le=1.0)
+    false_negative_weight: float = Field(0.95, ge=0.0, le=1.0)
+    seed: int = 1
+    scheme: Literal["affine32"] = "affine32"
+    batch_rows: int = Field(1000, ge=1)
+    workers: int = Field(2, ge=1)
+
+    @property
+    def bands_rows(self) -> tuple[int, int]:
+        """(bands, rows) minimizing datasketch's weighted false positive + negative areas."""
+        from datasketch.lsh import _optimal_param  # datasketch (scipy, numba) only where hashing runs
+
+        fn = self.false_negative_weight
+        return _optimal_param(self.threshold, self.num_perm, 1.0 - fn, fn)
+
+    def settings(self) -> dict[str, Any]:
+        """Everything a signature depends on; stored next to the signatures."""
+        import datasketch
+
+        from curation.ngrams import TOKENIZER
+
+        bands, rows = self.bands_rows
+        return {"num_perm": self.num_perm, "bands": bands, "rows": rows, "seed": self.seed,
+                "scheme": self.scheme, "shingle": self.shingle, "ngram": self.ngram,
+                "threshold": self.threshold, "tokenizer": TOKENIZER,
+                "datasketch_version": datasketch.__version__}
+
+    def tag(self) -> str:
+        """Short name of the settings, e.g. ``5w_128p_16b8r_s1``."""
+        s = self.settings()
+        return f"{self.ngram}{self.shingle[0]}_{self.num_perm}p_{s['bands']}b{s['rows']}r_s{self.seed}"
+
+
+class AlarmParams(Block):
+    """``dedup.near.alarms``: a near-duplicate cluster larger than ``max_cluster_size``, or a source losing
+    more than ``max_source_loss`` (a fraction) of its rows, is shown, and fails the step when ``on_alarm``
+    is ``fail``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_cluster_size: int = Field(200, ge=1)
+    max_source_loss: float = Field(0.5, ge=0.0, le=1.0)
+    on_alarm: Literal["fail", "warn"] = "fail"
 
 
 class NearParams(MinHashConfig):

@@ -16,12 +16,11 @@ import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
 
 from common.executor import Executor, LocalExecutor, write_frames
 from common.io import Rejects, atomic_path, finish_step, read_parquet
@@ -30,34 +29,11 @@ from packing.plan import plan_packs
 from packing.tokenize import ChatTokenizer, TemplateError, TokenizedDoc
 from packing.writer import iter_packs, write_packs
 
+if TYPE_CHECKING:
+    from packing.params import PackParams, TokenizeParams
+
 SPLITS = ("train", "validation")
 
-
-class TokenizeParams(BaseModel):
-    """``params.yaml: tokenize``: the tokenizer dir (a fast tokenizer with a chat template) and an
-    optional template overriding its own; conversations longer than ``max_length`` tokens are handled by
-    ``overflow`` (``reject`` | ``truncate`` | ``split`` at user turns, :mod:`packing.overflow`); rows per
-    batch; ``encoder`` ``auto`` (tiktoken where it reproduces the tokenizer, :mod:`packing.bpe`) | ``hf``;
-    every ``check_every``-th tiktoken row re-encoded by the HF encoder (0: never)."""
-
-    model_config = ConfigDict(extra="forbid")
-    tokenizer: str
-    chat_template: str | None = None
-    max_length: int = Field(262144, ge=1)
-    overflow: Literal["reject", "truncate", "split"] = "reject"
-    batch_rows: int = Field(256, ge=1)
-    encoder: Literal["auto", "hf"] = "auto"
-    check_every: int = Field(50, ge=0)
-
-
-class PackParams(BaseModel):
-    """``params.yaml: pack``: tokens per pack, packs padded to a multiple of ``pad_to_multiple_of`` (1:
-    off), packs per parquet row group."""
-
-    model_config = ConfigDict(extra="forbid")
-    pack_length: int = Field(262144, ge=1)
-    pad_to_multiple_of: int = Field(1, ge=1)
-    packs_per_row_group: int = Field(8, ge=1)
 
 TOKENIZED_SCHEMA = pa.schema([
     ("uuid", pa.string()),

@@ -9,9 +9,7 @@ import pytest
 
 from curation.dedup import run_dedup
 from curation.minhash import (
-    AlarmParams,
     DedupAlarm,
-    MinHashConfig,
     Signatures,
     components,
     cross_dedup,
@@ -21,7 +19,7 @@ from curation.minhash import (
     shingles,
     verify,
 )
-from curation.params import DedupParams, NearParams
+from curation.params import AlarmParams, DedupParams, MinHashConfig, NearParams
 from tests.rows import rl_table, sft_table
 
 WORDS = [f"w{i}" for i in range(5000)]

@@ -238,7 +238,8 @@ def test_packed_equals_unpacked_for_a_tiny_model(smollm2_dir, tmp_path):
 
 def test_tokenize_and_pack_steps_conserve_tokens_and_write_metrics(smollm2_dir, tmp_path):
     from common.io import write_parquet
-    from packing.steps import PackParams, TokenizeParams, run_pack, run_tokenize
+    from packing.params import PackParams, TokenizeParams
+    from packing.steps import run_pack, run_tokenize
     from tests.rows import sft_table
 
     sets = tmp_path / "sets"
