@@ -107,8 +107,22 @@ def test_verifier_environment_dispatches_on_agent_ref():
     row = {"uuid": "q", "agent_ref": "mcqa", "domain": "stem_mcqa",
            "ground_truth": json.dumps({"answer": "C", "options": {"A": "x", "B": "y", "C": "z", "D": "w"}}),
            "metadata": "{}", "responses_create_params": {"input": [{"role": "user", "content": "?"}]}}
-    scores = VerifierEnvironment(timeout_s=10.0, workers=1).score([r"\boxed{C}", r"\boxed{A}"], [row, row])
-    assert scores == [(1.0, True), (0.0, False)]
+    env = VerifierEnvironment(timeout_s=10.0, workers=1)
+    assert env.score([r"\boxed{C}", r"\boxed{A}"], [row, row]) == [(1.0, True), (0.0, False)]
+    # one worker pool for the environment's life: the second step is graded by the same process
+    (worker,) = env.pool._pool
+    assert env.score([r"\boxed{A}"], [row]) == [(0.0, False)] and env.pool._pool == [worker]
+    env.close()
+    assert worker.proc.poll() is not None and env.pool._pool == []
+
+
+def test_only_a_judge_hands_validation_to_the_verifiers():
+    from stages.environment import GenRMEnvironment, grades_responses
+
+    assert grades_responses("verifiers") and grades_responses("function") and not grades_responses("genrm")
+    assert VerifierEnvironment.grades_responses and not GenRMEnvironment.grades_responses
+    with pytest.raises(ValueError, match="needs environment_kwargs judge_model"):
+        GenRMEnvironment()
 
 
 class ScriptedJudge:
