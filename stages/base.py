@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,13 +31,14 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     datasets: list[str] = Field(default_factory=list)  # RL set dirs; one metric block per domain
-    rows: int = 8                                       # first rows of each validation split
-    max_new_tokens: int | dict[str, int] = 64             # or {domain: tokens} (the set's directory name)
-    batch_size: int = 8
+    rows: int = Field(8, ge=0)                          # first rows of each validation split
+    # or {domain: tokens} (the set's directory name)
+    max_new_tokens: Annotated[int, Field(ge=1)] | dict[str, Annotated[int, Field(ge=1)]] = 64
+    batch_size: int = Field(8, ge=1)
     samples: int = Field(0, ge=0)                       # k of pass@k (0: greedy answers only)
     temperature: float = Field(1.0, gt=0.0)             # of the sampled answers
     seed: int = 0                                       # sample j of row i draws seed + i * k + j, on every checkpoint
-    max_prompt_tokens: int | None = None                # longer prompts are not scored (None: the stage's budget);
+    max_prompt_tokens: int | None = Field(None, ge=1)   # longer prompts are not scored (None: the stage's budget);
                                                         # set it so every stage scores the same rows
 
 
@@ -58,7 +59,7 @@ class StageConfig(BaseModel):
     checkpoint_root: str = "data/checkpoints"
     metrics_dir: str = "metrics/train"
     plots_dir: str = "plots"
-    threads: int | None = None  # torch intra-op threads (None: torch's default)
+    threads: int | None = Field(None, ge=1)  # torch intra-op threads (None: torch's default)
     # the rank's device: auto (cuda where torch sees a GPU, else cpu) | cpu | cuda (cuda:LOCAL_RANK)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # bfloat16: policy, reference and teachers run under autocast with fp32 weights (master weights,

@@ -40,13 +40,13 @@ class GRPOConfig(StageConfig):
     prompts_per_step: int = Field(4, ge=1)
     group_size: int = Field(4, ge=2)
     micro_batch_size: int = Field(8, ge=1)      # sequences per forward/backward
-    max_prompt_tokens: int = 1024               # longer prompts are dropped and counted
-    max_rows_per_dataset: int | None = None     # first rows of each train set (None: all)
+    max_prompt_tokens: int = Field(1024, ge=1)  # longer prompts are dropped and counted
+    max_rows_per_dataset: int | None = Field(None, ge=1)  # first rows of each train set (None: all)
     advantage: str = Field("grpo", json_schema_extra={"plugin": "advantages"})
     advantage_kwargs: dict[str, Any] = Field(default_factory=dict)  # the estimator's own defaults when empty
     loss: str = Field("policy_gradient", json_schema_extra={"plugin": "policy_losses"})
     aggregation: str = "token_mean"
-    kl_beta: float = 0.0
+    kl_beta: float = Field(0.0, ge=0.0)
     kl_estimator: Literal["k1", "k2", "k3"] = "k2"  # stages.losses.kl_penalty: k2 descends KL(pi || pi_ref)
     track_kl: bool = False                          # log `kl` to the initial policy without a KL term (one
                                                     # more no-grad forward of it per micro-batch)

@@ -51,8 +51,8 @@ class MOPDConfig(StageConfig):
     prompts_per_step: int = Field(4, ge=1)         # paper: 128
     rollouts_per_prompt: int = Field(4, ge=1)      # paper: 4
     micro_batch_size: int = Field(8, ge=1)         # sequences per forward/backward
-    max_prompt_tokens: int = 1024                  # longer prompts are dropped and counted
-    max_rows_per_dataset: int | None = None        # first rows of each train set (None: all)
+    max_prompt_tokens: int = Field(1024, ge=1)     # longer prompts are dropped and counted
+    max_rows_per_dataset: int | None = Field(None, ge=1)  # first rows of each train set (None: all)
     loss: str = Field("mopd", json_schema_extra={"plugin": "distillation_losses"})
     is_bounds: tuple[float, float] = (0.5, 2.0)    # ICE-POP bounds on r = pi_train / pi_inf (2°)
     teachers: dict[str, str] = Field(default_factory=dict)  # domain -> stage name or checkpoint dir

@@ -138,10 +138,10 @@ class SamplingConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    max_new_tokens: int = 64
+    max_new_tokens: int = Field(64, ge=1)
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    batch_size: int = 16  # sequences per generate call (hf): batch_size // n prompts, at least one
+    batch_size: int = Field(16, ge=1)  # sequences per generate call (hf): batch_size // n prompts, at least one
     max_logprob_diff: float = Field(0.01, gt=0.0)
     vllm: VLLMOptions = Field(default_factory=VLLMOptions)
     hf: HFOptions = Field(default_factory=HFOptions)

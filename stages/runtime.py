@@ -13,9 +13,12 @@ Outputs of stage ``NAME`` (the paths ``dvc.yaml`` declares):
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
 import shutil
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Self
 
@@ -69,6 +72,39 @@ class BatchCycle:
         return batch
 
 
+class StageLocked(RuntimeError):
+    """Another process is training the same stage (its lock file is held)."""
+
+
+@contextmanager
+def stage_lock(cfg: StageConfig) -> Iterator[Path]:
+    """Hold ``<checkpoint_root>/.locks/<stage>.lock`` (an exclusive ``flock``, released by the kernel if
+    the process dies) while a run of stage ``cfg.name`` writes its states, checkpoint and metrics: a
+    second ``cascade train`` of the stage fails at once instead of corrupting the first one's files.
+
+    Raises:
+        StageLocked: naming the stage, the lock file and the pid that holds it.
+    """
+    path = Path(cfg.checkpoint_root) / ".locks" / f"{cfg.name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise StageLocked(f"stage {cfg.name} is being trained by another process (pid {holder}, lock {path}): "
+                              "wait for it to finish or stop it; a killed run resumes from its last state") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield path
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _qualname(value: Any) -> str:
     """A config value JSON cannot hold (a function in ``environment_kwargs``) by its qualified name."""
     return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__qualname__)}"
@@ -104,8 +140,10 @@ class StageRun:
 
     def __enter__(self) -> Self:
         self._restore = ExitStack()  # undone on exit, also when loading fails below
-        self._restore.enter_context(torch_threads(self.cfg.threads))
         try:
+            if os.environ.get("RANK", "0") == "0":  # one lock per run: the launcher's rank 0 holds it
+                self._restore.enter_context(stage_lock(self.cfg))
+            self._restore.enter_context(torch_threads(self.cfg.threads))
             distributed.init()
             self.device = distributed.device(self.cfg.device)
             seed_everything(self.cfg.seed + distributed.rank())  # ranks draw differently (rollouts: per-sample seeds)

@@ -45,12 +45,12 @@ class SFTConfig(StageConfig):
 
     micro_batch_size: int = Field(1, ge=1)   # windows per forward/backward (per rank)
     grad_accum: int = Field(1, ge=1)         # micro-batches per optimizer step (per rank)
-    max_tokens: int | None = 2048            # window length (None: whole packs)
+    max_tokens: int | None = Field(2048, ge=1)  # window length (None: whole packs)
     split: str = "train"
-    validation_windows: int = 4              # held-out windows (validation split) for val_loss
+    validation_windows: int = Field(4, ge=0)             # held-out windows (validation split) for val_loss
     # scores the per-domain RL validation (cfg.eval)
     environment: str = Field("verifiers", json_schema_extra={"plugin": "environments"})
-    max_prompt_tokens: int = 1024
+    max_prompt_tokens: int = Field(1024, ge=1)
 
 
 def pack_windows(pack: dict[str, torch.Tensor], max_tokens: int | None) -> Iterator[tuple[dict[str, torch.Tensor], int]]:

@@ -47,8 +47,8 @@ class SWERLConfig(GRPOConfig):
     """GRPO knobs plus the agent's limits (defaults: a CPU smoke run)."""
 
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    max_context_tokens: int = 4096   # an episode whose context would pass it ends (finish ``context``)
-    validation_rows: int = 2         # greedy validation episodes per task set
+    max_context_tokens: int = Field(4096, ge=1)  # an episode whose context would pass it ends (finish ``context``)
+    validation_rows: int = Field(2, ge=0)  # greedy validation episodes per task set
 
 
 def episode_rollouts(results: list[EpisodeResult], group_size: int) -> tuple[Rollouts, list[list[int]]]:

@@ -16,10 +16,10 @@ import contextlib
 import os
 import socket
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from common import plugins
 from common.io import atomic_dir
@@ -30,13 +30,13 @@ class OptimConfig(BaseModel):
     """AdamW + cosine-with-warm-up knobs (defaults: the recipe's SFT row)."""
 
     model_config = ConfigDict(extra="forbid")
-    lr: float = 5e-5
-    min_lr_ratio: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    warmup_steps: int = 0
-    max_grad_norm: float = 1.0
+    lr: float = Field(5e-5, gt=0.0)
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (0.9, 0.98)
+    eps: float = Field(1e-8, gt=0.0)
+    weight_decay: float = Field(0.1, ge=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
 
 
 class TrainEngine(Protocol):
