@@ -306,6 +306,7 @@ def call_text(name: str, **args: Any) -> str:
 WEATHER = tool_row([{"get_weather": {"city": ["Oslo"], "unit": ["celsius", ""]}}])
 PERSON = {"type": "object", "required": ["name", "age"],
           "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+SCORE = {"type": "object", "required": ["score"], "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}}}
 NO_COMMA_LOWER = if_row(["punctuation:no_comma", "change_case:english_lowercase"], [{}, {}])
 YES_NO = if_row(["detectable_format:constrained_response"], [{}])
 
@@ -345,6 +346,8 @@ ANSWER_ATTACKS: dict[str, list[Attack]] = {
         ("list_of_alternatives", call_text("get_weather", city=["Oslo", "Bergen"]), WEATHER),
         ("call_in_reasoning_only", f"<think>{call_text('get_weather', city='Oslo')}</think>Done.", WEATHER),
         ("call_on_irrelevance_row", call_text("get_weather", city="Oslo"), tool_row([])),
+        ("duplicate_argument_last_wins",
+         '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "city": "Oslo"}}</tool_call>', WEATHER),
     ],
     "structured_output": [
         ("padded_with_extra_keys", json.dumps({"name": "Ada", "age": 36, "id": 1, "email": "", "tags": []}),
@@ -354,6 +357,12 @@ ANSWER_ATTACKS: dict[str, list[Attack]] = {
         ("json_inside_prose", 'Sure! {"name": "Ada", "age": 36} Hope this helps.', so_row(PERSON)),
         ("nested_padding", json.dumps({"owner": {"name": "Ada", "age": 36, "extra": True}}),
          so_row({"type": "object", "required": ["owner"], "properties": {"owner": PERSON}})),
+        ("duplicate_key_last_wins", '{"name": "Ada", "age": "unknown", "age": 36}', so_row(PERSON)),
+        ("nan_number", '{"score": NaN}', so_row(SCORE)),
+        ("infinity_number", '{"score": Infinity}', so_row(SCORE)),
+        ("minus_infinity_number", '{"score": -Infinity}', so_row(SCORE)),
+        ("deeply_nested", "[" * 100 + "]" * 100, so_row({"type": "array"})),
+        ("five_thousand_digit_integer", '{"name": "Ada", "age": 1' + "0" * 5000 + "}", so_row(PERSON)),
     ],
 }
 

@@ -14,7 +14,9 @@ validation (``additionalProperties: false``, the strict structured-output conven
 vLLM), except inside ``allOf`` branches, where closing would reject the other branches' keys. So
 padding an object with every key that might be wanted earns nothing; ``metadata.allow_extra_keys:
 true`` validates against the schema as written. One answer only: a second JSON value after the
-first is not a single JSON value (reward 0).
+first is not a single JSON value (reward 0). Strict JSON (``common.answers.strict_json``): ``NaN`` and
+``Infinity``, a duplicate key (Python would keep the last value), more than 64 levels of nesting or a
+number past Python's digit limit are no JSON value (reward 0).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import re
 from typing import Any
 
+from common.answers import strict_json
 from validators.verifiers.registry import (
     Verdict,
     Verifier,
@@ -95,9 +98,11 @@ class StructuredOutputVerifier(Verifier):
             return fail("fenced block where bare JSON is required")
         text = fenced.group(1) if fenced else answer
         try:
-            value = json.loads(text)
+            value = strict_json(text)
         except json.JSONDecodeError as exc:
             return fail(f"not a single JSON value: {exc.msg} at char {exc.pos}")
+        except ValueError as exc:  # NaN / Infinity, a duplicate key, too deep, a number too long
+            return fail(f"not a single JSON value: {exc}")
         schema = ground_truth(row, "schema")["schema"]
         if not metadata(row).get("allow_extra_keys"):
             schema = closed(schema)

@@ -34,6 +34,7 @@ import math
 import re
 from typing import Any
 
+from common.answers import strict_json
 from validators.verifiers.registry import (
     Verdict,
     Verifier,
@@ -54,8 +55,8 @@ def _one_call(obj: Any) -> tuple[str, dict[str, Any]] | str:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
+            args = strict_json(args)
+        except ValueError:
             return f"{obj['name']}: arguments are not valid JSON"
     if not isinstance(args, dict):
         return f"{obj['name']}: arguments are a {type(args).__name__}, not an object"
@@ -76,10 +77,10 @@ def parse_calls(answer: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str
     calls, malformed = [], []
     for payload in payloads:
         try:
-            obj = json.loads(payload)
-        except json.JSONDecodeError as exc:
+            obj = strict_json(payload)
+        except ValueError as exc:
             if blocks:
-                malformed.append(f"tool call is not valid JSON: {exc.msg}")
+                malformed.append(f"tool call is not valid JSON: {getattr(exc, 'msg', exc)}")
             continue  # a bare answer that is not JSON is prose, not a call
         for item in obj if isinstance(obj, list) else [obj]:
             call = _one_call(item)
