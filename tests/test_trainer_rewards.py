@@ -246,6 +246,11 @@ def test_verl_layout_and_compute_score_equal_verify_on_every_domain(release, tmp
 def test_verl_refuses_a_sample_without_its_row():
     with pytest.raises(ValueError, match="extra_info lacks agent_ref; write the parquet with `cascade verl`"):
         verl.compute_score("math", "\\boxed{1}", '{"answer": "1"}', {"index": 0})
+    info = {"uuid": "m", "agent_ref": "math"}
+    with pytest.raises(TypeError, match="solution_str must be the decoded response \\(str\\), got list"):
+        verl.compute_score("math", [1, 2], '{"answer": "1"}', info)
+    with pytest.raises(TypeError, match="timeout_s must be positive seconds, got 0"):
+        verl.compute_score("math", "\\boxed{1}", '{"answer": "1"}', info, timeout_s=0)
 
 
 def _responses_api(response: str) -> dict:

@@ -55,7 +55,14 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         ValueError: the row's verifier does not grade single responses (``genrm``: a judge compares
             responses; ``swe``: an episode), or ``extra_info`` is not this package's
             (:func:`row_from_verl`), or names no installed verifier.
+        TypeError: ``solution_str`` is not a string (a caller's bug, never a silent 0), or ``timeout_s``
+            is not a positive number of seconds (every sample would time out at 0).
     """
+    if not isinstance(solution_str, str):
+        raise TypeError(f"compute_score: solution_str must be the decoded response (str), got "
+                        f"{type(solution_str).__name__}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise TypeError(f"compute_score: timeout_s must be positive seconds, got {timeout_s!r}")
     row = row_from_verl(data_source, ground_truth, extra_info)
     verdict = grade([solution_str], [row], workers, timeout_s)[0]
     if verdict is None:
