@@ -323,6 +323,8 @@ ANSWER_ATTACKS: dict[str, list[Attack]] = {
         ("neighbouring_tiny_power", r"\boxed{2^{-59}}", math_row("2^{-60}")),
         ("rounded_to_nothing", r"\boxed{0}", math_row("3\\times 10^{-12}")),
         ("huge_neighbour", r"\boxed{1.0000001e30}", math_row("10^{30}")),
+        ("unboxed_e_notation_mantissa", "The answer is 3e5", math_row("3")),
+        ("unboxed_e_notation_exponent", "So it is 2e7.", math_row("7")),
     ],
     "mcqa": [
         ("every_option_cued", "Answer: A\nAnswer: B\nAnswer: C\nAnswer: D", mcq_row("B")),

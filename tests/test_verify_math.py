@@ -31,6 +31,15 @@ def test_math_conventions(gold, pred, same):
     assert verify(rf"The answer is $\boxed{{{pred}}}$.", _row(gold)).passed is same
 
 
+@pytest.mark.parametrize("answer,gold,same", [
+    ("The answer is 3e5", "300000", True), ("The answer is 3e5", "3", False), ("The answer is 3e5", "5", False),
+    ("It is 2.5e-3", "0.0025", True), ("It is 2.5e-3", "2.5", False), ("x = 4e2", "400", True),
+    ("1e7", "1e7", True), ("The answer is $3e5$", "300000", True),
+])
+def test_an_unboxed_number_in_e_notation_is_the_whole_number(answer, gold, same):
+    assert verify(answer, _row(gold)).passed is same
+
+
 def test_ver_math_02_last_balanced_box():
     case = handed_case("VER-MATH-02")
     items = case["input"]["items"]

@@ -11,7 +11,9 @@
 * Several boxes: only the LAST counts (a self-correction is graded by its final box), so hedging
   over several boxed answers earns exactly what its last box alone earns.
 * Scientific notation (``1.5e-18``, ``2E+3``) is read as a number, ``1.5\\times 10^{-18}``, in the
-  prediction and the gold before parsing (math-verify reads ``1.5e-18`` as ``1.5 e - 18``).
+  prediction and the gold before parsing (math-verify reads ``1.5e-18`` as ``1.5 e - 18``); in an
+  unboxed answer written without ``$`` it becomes inline math, so the whole number is extracted, not
+  its mantissa (``The answer is 3e5`` is 300000, never 3).
 * Gold and prediction are parsed by ``math_verify.parse`` (the box content wrapped in ``$...$``)
   and compared by ``math_verify.verify(gold, pred)``, gold first (the comparison is asymmetric),
   except when both are finite real numbers: then :func:`numbers_equal` decides, relatively (math-verify
@@ -59,9 +61,12 @@ _LITERAL = re.compile(r"\s*([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:(?:\\times|\\cdo
 MIN_DIGITS = 6
 
 
-def scientific_to_latex(text: str) -> str:
-    """``1.5e-18`` -> ``1.5\\times 10^{-18}`` wherever a number in scientific notation stands alone."""
-    return _SCI.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", text)
+def scientific_to_latex(text: str, math_mode: bool = False) -> str:
+    """``1.5e-18`` -> ``1.5\\times 10^{-18}`` wherever a number in scientific notation stands alone;
+    with ``math_mode`` as inline math, ``$1.5\\times 10^{-18}$``: in prose (an unboxed answer without
+    ``$``) math-verify's extractor would otherwise read the mantissa alone (``3e5`` as 3)."""
+    wrap = "$" if math_mode else ""
+    return _SCI.sub(lambda m: f"{wrap}{m.group(1)}\\times 10^{{{m.group(2)}}}{wrap}", text)
 
 
 def _decimal_literal(text: str) -> tuple[Fraction, int] | None:
@@ -178,7 +183,7 @@ class MathVerifier(Verifier):
             pred = scientific_to_latex(pred)
             parsed = _parse(f"${pred}$")
         else:
-            answer = scientific_to_latex(answer)
+            answer = scientific_to_latex(answer, math_mode="$" not in answer)
             pred, parsed = None, _parse(answer) or _parse(f"${answer.strip()}$")
         details = {"gold": gold, "extracted": pred if pred is not None else (parsed[-1] if parsed else None)}
         if not parsed:
