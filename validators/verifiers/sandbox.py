@@ -59,6 +59,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from common.params import params_error
+
 NOBODY = 65534
 INSIDE_DIR = "/sandbox"
 ISOLATIONS = ("bwrap", "unshare", "rlimits")  # strongest first
@@ -454,9 +456,7 @@ class SandboxParams(BaseModel):
         try:
             return cls.model_validate(block or {})
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"params.yaml sandbox.{where}: {err['msg']} (got {err['input']!r})") from None
+            raise params_error(exc, cls, prefix=("sandbox",)) from None
 
 
 def require_from_params(params: SandboxParams) -> str:
