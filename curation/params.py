@@ -105,7 +105,7 @@ class AlarmParams(Block):
 
 
 class NearParams(MinHashConfig):
-    """``dedup.near``: the MinHash settings (:class:`curation.minhash.MinHashConfig`) and what near-dedup
+    """``dedup.near``: the MinHash settings (:class:`MinHashConfig`) and what near-dedup
     does with them: ``scope`` (texts of different domains are compared or not), RL prompts against
     SFT user turns (``rl_vs_sft``), sources kept out of it, and the alarms."""
 
