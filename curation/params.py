@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from common.executor import ExecutorParams
-from common.params import params_error
+from common.io import params_error
 from corpora.readers import MAX_RECORD_BYTES
 from corpora.schema import rl_domains
 from packing.params import PackParams, TokenizeParams

@@ -59,8 +59,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from common.params import params_error
-
 NOBODY = 65534
 INSIDE_DIR = "/sandbox"
 ISOLATIONS = ("bwrap", "unshare", "rlimits")  # strongest first
@@ -456,6 +454,8 @@ class SandboxParams(BaseModel):
         try:
             return cls.model_validate(block or {})
         except ValidationError as exc:
+            from common.io import params_error  # polars and pyarrow: not for the verifier workers
+
             raise params_error(exc, cls, prefix=("sandbox",)) from None
 
 
