@@ -27,17 +27,17 @@ import yaml
 
 from curation.decontaminate import find_contamination_tables, side_texts
 from curation.ngram_index import read_index
+from curation.params import DecontaminateParams
 
 KINDS = ("sft", "rl")
 
 
-def run(rule: dict[str, Any], tables: dict[str, pl.DataFrame], index: Any, per_table: bool = False,
+def run(p: DecontaminateParams, tables: dict[str, pl.DataFrame], index: Any, per_table: bool = False,
         **extra: Any) -> pl.DataFrame:
-    """The matches (with ``table``) of the training tables under ``rule`` (the params ``decontaminate``
-    keys) plus ``extra``: the tables as one corpus (the step), or each alone (``per_table``: before #21)."""
-    kw = {"min_coverage": dict(zip(rule["ngrams"], rule["min_coverage"], strict=True)),
-          "max_train_doc_freq": rule["max_train_doc_freq"]}
-    kw |= {k: rule[k] for k in ("stock_doc_freq", "stock_min_coverage", "answer_min_coverage") if k in rule} | extra
+    """The matches (with ``table``) of the training tables under the rule of the ``decontaminate`` params
+    ``p`` (:meth:`DecontaminateParams.rule`) with ``extra`` overriding it: the tables as one corpus (the
+    step), or each alone (``per_table``: before #21)."""
+    kw = p.rule() | extra
     if per_table:
         return pl.concat([find_contamination_tables({kind: t}, index, **kw)[0] for kind, t in tables.items()])
     return find_contamination_tables(tables, index, **kw)[0]
@@ -81,10 +81,10 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    rule = yaml.safe_load(Path("params.yaml").read_text())["decontaminate"]
-    index = read_index(args.data / "decontam_index", rule["ngrams"])
+    p = DecontaminateParams.model_validate(yaml.safe_load(Path("params.yaml").read_text())["decontaminate"])
+    index = read_index(args.data / "decontam_index", p.ngrams)
     tables = {kind: pl.read_parquet(args.data / "dedup" / f"{kind}.parquet") for kind in KINDS}
-    old = run(rule, tables, index, per_table=True, stock_doc_freq=None, sides=("prompt",))
+    old = run(p, tables, index, per_table=True, stock_doc_freq=None, sides=("prompt",))
     first = old.unique("uuid", keep="first", maintain_order=True)
     print(f"prompt side, no stock tier (the rule before #21): {len(first)} rows removed")
     single = first.filter(pl.col("shared") == 1)
@@ -92,7 +92,7 @@ def main() -> None:
     print("  " + ", ".join(f"k={k}: {(single['min_doc_freq'] - 1 > k).sum()}" for k in args.ks))
     print(f"\n{'stock k':>8}{'removed':>9}{'prompt':>8}{'answer':>8}{'released':>10}{'answer only':>12}")
     for k in [None, *args.ks]:
-        new = run(rule, tables, index, stock_doc_freq=k)
+        new = run(p, tables, index, stock_doc_freq=k)
         rows = new["uuid"].n_unique()
         released = first.join(new.select("uuid").unique(), on="uuid", how="anti").height
         answer_only = new.group_by("uuid").agg(pl.col("side")).filter(pl.col("side").list.len() == 1).filter(
@@ -101,10 +101,10 @@ def main() -> None:
         print(f"{k if k is not None else '-':>8}{rows:>9}{per.get('prompt', 0):>8}{per.get('answer', 0):>8}"
               f"{released:>10}{answer_only:>12}")
     if args.sample:
-        new = run(rule, tables, index)
+        new = run(p, tables, index)
         lines = sample(old, new, tables, index, args.size, args.seed)
         args.sample.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
-        print(f"\n{len(lines)} rows for labelling in {args.sample} (stock_doc_freq {rule.get('stock_doc_freq')})")
+        print(f"\n{len(lines)} rows for labelling in {args.sample} (stock_doc_freq {p.stock_doc_freq})")
 
 
 if __name__ == "__main__":

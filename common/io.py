@@ -4,11 +4,13 @@ Every step writes its parquet outputs, ``metrics/<step>.json`` and
 ``rejects/<step>.parquet`` through these helpers: each file is written to a
 temporary name beside its target and renamed, so an interrupted run never
 leaves a half-written output, and every step checks that rows in equal rows
-out plus rows rejected before anything is written.
+out plus rows rejected before anything is written. A step whose ``params.yaml`` block fails its model
+stops with one line naming the key (:func:`params_error`).
 """
 
 from __future__ import annotations
 
+import difflib
 import glob
 import json
 import os
@@ -23,6 +25,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ValidationError
 
 REJECT_SCHEMA = pa.schema([
     ("step", pa.string()),
@@ -253,3 +256,33 @@ def finish_step(step: str, rows_in: int, rows_out: int, rejects: Rejects, root: 
     write_json(metrics, root / "metrics" / f"{step}.json")
     rejects.write(root / "rejects" / f"{step}.parquet")
     return metrics
+
+
+def _known(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the block that ``loc`` (minus its last part) points into."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        inner = getattr(field, "annotation", None) if field else None
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return []
+        model = inner
+    return list(model.model_fields)
+
+
+def params_error(exc: ValidationError, model: type[BaseModel], source: str = "params.yaml",
+                 prefix: tuple[str, ...] = ()) -> ValueError:
+    """The error to raise for ``exc``, raised validating ``model`` (the block at ``prefix`` of
+    ``source``): one line naming its first bad key, the same for the whole file
+    (:func:`curation.params.check_params`) and for a block checked on its own
+    (:meth:`validators.verifiers.sandbox.SandboxParams.from_block`, ``cascade train``), e.g.
+    ``params.yaml dedup.near.treshold: unknown key (did you mean 'threshold'?)`` or
+    ``params.yaml dedup.near.threshold: Input should be less than or equal to 1 (got 1.7)``.
+    The offending value is shown except for a missing key or a validator's own message."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in (*prefix, *err["loc"]))
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), _known(model, err["loc"]), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return ValueError(f"{source} {where}: unknown key{hint}")
+    got = "" if err["type"] in ("missing", "value_error") else f" (got {err['input']!r})"
+    return ValueError(f"{source} {where}: {err['msg'].removeprefix('Value error, ')}{got}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -23,6 +23,9 @@ from common.io import read_parquet, write_parquet
 from corpora.schema import SCHEMAS
 from curation.decontaminate import find_contamination, find_contamination_tables, split_contaminated
 from curation.ngram_index import NgramIndex
+
+if TYPE_CHECKING:
+    from curation.params import DecontaminateParams
 
 BATCH_ROWS = 2_000
 
@@ -41,10 +44,10 @@ def _without(frame: pl.DataFrame, uuids: pl.Series) -> pl.DataFrame:
 
 
 def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path], index: NgramIndex,
-                        rule: dict[str, Any]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, dict[str, Any],
-                                                       dict[str, tuple[int, int]]]:
+                        p: DecontaminateParams) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, dict[str, Any],
+                                                         dict[str, tuple[int, int]]]:
     """Decontaminate the training tables ``src`` (``{kind: parquet}``) into ``dest`` on ``ex``, as one
-    corpus; ``rule``: the keyword arguments of :func:`find_contamination_tables` after ``index``.
+    corpus, by the rule of the ``decontaminate`` params ``p`` (:meth:`DecontaminateParams.rule`).
 
     Returns (``{kind: contaminated rows with reason}``, matches (with ``table``), stats,
     ``{kind: (rows in, rows out)}``). ``local`` detects on the whole tables; other executors map
@@ -57,7 +60,7 @@ def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path
         _ = index.lookup  # built once here: the workers receive it with the index instead of each rebuilding it
         tables = {kind: gather(ex, path, partial(contamination_candidates, kind=kind), BATCH_ROWS, {"index": index},
                                pl.from_arrow(SCHEMAS[kind].empty_table())) for kind, path in src.items()}
-    matches, stats = find_contamination_tables(tables, index, **rule)
+    matches, stats = find_contamination_tables(tables, index, **p.rule())
     dirty, counts = {}, {}
     for kind, table in tables.items():
         clean, dirty[kind] = split_contaminated(table, matches.filter(pl.col("table") == kind))

@@ -29,7 +29,7 @@ construction. The rule and its audit on the pipeline's data: ``docs/decontaminat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -37,6 +37,9 @@ import polars as pl
 from common.text import answer_text, item_texts, normalize
 from curation.ngram_index import Lookup, NgramIndex, scan
 from curation.ngrams import tokenize
+
+if TYPE_CHECKING:
+    from curation.params import DecontaminateParams
 
 SIDES = ("prompt", "answer")  # the texts of a training row matched: its task, the assistant turns
 
@@ -347,15 +350,14 @@ def contaminated_by_benchmark(matches: pl.DataFrame) -> dict[str, int]:
     return dict(zip(totals["benchmark"], totals["len"], strict=True))
 
 
-def contamination_report(matches: pl.DataFrame, meta: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
-    """``metrics/decontamination.json``: the settings (``params.yaml`` ``decontaminate`` block ``p``)
+def contamination_report(matches: pl.DataFrame, meta: dict[str, Any], p: DecontaminateParams) -> dict[str, Any]:
+    """``metrics/decontamination.json``: the settings (the ``decontaminate`` params ``p``, every key)
     and, per benchmark of the index (``meta``): its item count, the contaminated training rows per
     side (``rows``: ``{"prompt": n, "answer": n}``, a row matched on both sides counts in both;
     ``rows_removed``: each row once, under its first match) and every match (one dict per row of
     ``matches``, which may carry a ``table`` column)."""
     first = contaminated_by_benchmark(matches)
-    out: dict[str, Any] = {k: p.get(k) for k in ("ngrams", "min_coverage", "max_train_doc_freq", "stock_doc_freq",
-                                                 "stock_min_coverage", "answer_min_coverage")}
+    out: dict[str, Any] = p.model_dump()
     out["benchmarks"] = {}
     for b, n in meta["benchmark_items"].items():
         mine = matches.filter(pl.col("benchmark") == b)

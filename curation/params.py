@@ -13,12 +13,12 @@ The ``cascade`` block is checked per stage by the runners' own configs (``cascad
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from common.executor import ExecutorParams
+from common.io import params_error
 from corpora.readers import MAX_RECORD_BYTES
 from corpora.schema import rl_domains
 from packing.params import PackParams, TokenizeParams
@@ -105,7 +105,7 @@ class AlarmParams(Block):
 
 
 class NearParams(MinHashConfig):
-    """``dedup.near``: the MinHash settings (:class:`curation.minhash.MinHashConfig`) and what near-dedup
+    """``dedup.near``: the MinHash settings (:class:`MinHashConfig`) and what near-dedup
     does with them: ``scope`` (texts of different domains are compared or not), RL prompts against
     SFT user turns (``rl_vs_sft``), sources kept out of it, and the alarms."""
 
@@ -122,12 +122,30 @@ class DedupParams(Block):
 
 
 class DecontaminateParams(Block):
+    """``params.yaml: decontaminate``: the word n-gram lengths indexed and matched, and the rule
+    (:func:`curation.decontaminate.find_contamination_tables`) with ``min_coverage`` one share per n
+    of ``ngrams`` (none: 0 for every n)."""
+
     ngrams: list[int] = Field([8, 13], min_length=1)
     min_coverage: list[float] | None = None
     max_train_doc_freq: int = Field(50, ge=0)
     stock_doc_freq: int | None = Field(1, ge=0)
     stock_min_coverage: float = Field(0.5, ge=0.0, le=1.0)
     answer_min_coverage: float = Field(0.5, ge=0.0, le=1.0)
+
+    @field_validator("min_coverage")
+    @classmethod
+    def _one_per_ngram(cls, v: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        ngrams = info.data.get("ngrams")
+        if v is not None and ngrams is not None and len(v) != len(ngrams):
+            raise ValueError(f"one coverage per n of ngrams {ngrams}, got {len(v)}")
+        return v
+
+    def rule(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`curation.decontaminate.find_contamination_tables` after the
+        index: every setting but ``ngrams``, ``min_coverage`` as ``{n: share}``."""
+        coverage = self.min_coverage or [0.0] * len(self.ngrams)
+        return {**self.model_dump(exclude={"ngrams"}), "min_coverage": dict(zip(self.ngrams, coverage, strict=True))}
 
 
 def _installed_domains(domains: Any) -> Any:
@@ -235,17 +253,6 @@ class PipelineParams(Block):
     cascade: dict[str, Any] = {}
 
 
-def _known(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The field names of the block that ``loc`` (minus its last part) points into."""
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
-        inner = getattr(field, "annotation", None) if field else None
-        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
-            return []
-        model = inner
-    return list(model.model_fields)
-
-
 def check_params(params: dict[str, Any], source: str = "params.yaml") -> PipelineParams:
     """``params`` validated (see the module doc): every block its model, defaults filled in.
 
@@ -257,11 +264,4 @@ def check_params(params: dict[str, Any], source: str = "params.yaml") -> Pipelin
     try:
         return PipelineParams.model_validate(params)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(str(err["loc"][-1]), _known(PipelineParams, err["loc"]), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{source} {where}: unknown key{hint}") from None
-        got = "" if err["type"] in ("missing", "value_error") else f" (got {err['input']!r})"
-        raise ValueError(f"{source} {where}: {err['msg'].removeprefix('Value error, ')}{got}") from None
+        raise params_error(exc, PipelineParams, source) from None

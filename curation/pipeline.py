@@ -122,17 +122,14 @@ def step_decontaminate(params: PipelineParams) -> dict[str, Any]:
 
     p = params.decontaminate
     index = read_index(DECONTAM_INDEX, p.ngrams)
-    settings = p.model_dump()
-    rule = {k: v for k, v in settings.items() if k != "ngrams"}
-    rule["min_coverage"] = dict(zip(p.ngrams, p.min_coverage or [0.0] * len(p.ngrams), strict=True))
     with open_executor(params.executor) as ex:
         dirty, matches, stats, counts = decontaminate_files(
             ex, {k: DEDUPED / f"{k}.parquet" for k in KINDS}, {k: DECONTAMINATED / f"{k}.parquet" for k in KINDS},
-            index, rule)
+            index, p)
     rejects = Rejects("decontaminate")
     for kind in KINDS:
         rejects.extend_frame(dirty[kind])
-    write_json(contamination_report(matches, index.meta, settings), Path("metrics") / "decontamination.json")
+    write_json(contamination_report(matches, index.meta, p), Path("metrics") / "decontamination.json")
     per_table = {kind: {"rows_in": n_in, "rows_out": n_out, "contaminated_by_benchmark": contaminated_by_benchmark(
         matches.filter(pl.col("table") == kind))} for kind, (n_in, n_out) in counts.items()}
     return finish_step("decontaminate", sum(c[0] for c in counts.values()), sum(c[1] for c in counts.values()),

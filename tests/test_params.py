@@ -49,6 +49,8 @@ def test_the_repository_params_are_valid_and_every_value_reaches_its_model_uncha
     (["tokenize", "overflow"], "drop", "params.yaml tokenize.overflow: Input should be 'reject', 'truncate' or "
                                        "'split' (got 'drop')"),
     (["difficulty", "min"], -0.5, "params.yaml difficulty.min: Input should be greater than or equal to 0 (got -0.5)"),
+    (["decontaminate", "min_coverage"], [0.5], "params.yaml decontaminate.min_coverage: one coverage per n of "
+                                               "ngrams [8, 13], got 1"),
 ])
 def test_a_bad_key_is_one_line_naming_it(path, value, message):
     with pytest.raises(ValueError) as exc:
@@ -66,3 +68,15 @@ def test_the_cli_refuses_before_any_work(tmp_path):
     listing = subprocess.run([str(cascade), "stages"], cwd=REPO, capture_output=True, text=True, timeout=120).stdout
     assert "runner grpo (stages.grpo.GRPOStage" in listing and "  group_size: int = 4" in listing
     assert "  mopd: runner mopd;" in listing
+
+
+def test_a_block_checked_on_its_own_fails_in_the_same_words():
+    from validators.verifiers.sandbox import SandboxParams
+
+    for block in ({"requir": "bwrap"}, {"require": "chroot"}):
+        with pytest.raises(ValueError) as alone:
+            SandboxParams.from_block(block)
+        with pytest.raises(ValueError) as whole:
+            check_params({**PARAMS, "sandbox": block})
+        assert str(alone.value) == str(whole.value)
+    assert str(alone.value) == "params.yaml sandbox.require: Input should be 'bwrap', 'unshare' or 'rlimits' (got 'chroot')"

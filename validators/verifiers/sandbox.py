@@ -454,9 +454,9 @@ class SandboxParams(BaseModel):
         try:
             return cls.model_validate(block or {})
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"params.yaml sandbox.{where}: {err['msg']} (got {err['input']!r})") from None
+            from common.io import params_error  # polars and pyarrow: not for the verifier workers
+
+            raise params_error(exc, cls, prefix=("sandbox",)) from None
 
 
 def require_from_params(params: SandboxParams) -> str:
