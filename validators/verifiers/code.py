@@ -51,6 +51,7 @@ from validators.verifiers.registry import (
 from validators.verifiers.sandbox import Limits, Program, run_group
 
 DEFAULT_TIMEOUT_S = 6.0
+LIMIT_STATUSES = ("timeout", "output_limit", "memory_limit")  # the solution ran into a sandbox cap: reward 0
 DEFAULT_LIMITS = Limits(timeout_s=DEFAULT_TIMEOUT_S)
 SHIPPED = {name: Path(__file__).with_name(name).read_text(encoding="utf-8")
            for name in ("code_wire.py", "code_server.py", "code_grader.py")}
@@ -116,7 +117,8 @@ def outputs_match(got: bytes, expected: str) -> bool:
 @dataclass
 class CodeResult:
     """Outcome of :func:`run_tests`: ``status`` is ``passed`` | ``failed`` | ``timeout`` |
-    ``output_limit`` | ``runtime_error`` | ``sandbox_error``; ``tests`` one record per test."""
+    ``output_limit`` | ``memory_limit`` | ``runtime_error`` | ``sandbox_error``; ``tests`` one
+    record per test."""
 
     passed: bool
     status: str
@@ -180,8 +182,8 @@ def _graded(code: str, spec: dict[str, Any], limits: Limits) -> CodeResult:
     passed = done and all(r["passed"] for r in records) and grd.status == "ok"
     if passed:
         return CodeResult(True, "passed", sol.isolation, records)
-    if sol.status in ("timeout", "output_limit") or grd.status in ("timeout", "output_limit"):
-        status = sol.status if sol.status in ("timeout", "output_limit") else grd.status
+    if sol.status in LIMIT_STATUSES or grd.status in LIMIT_STATUSES:
+        status = sol.status if sol.status in LIMIT_STATUSES else grd.status
     elif any("solution process ended" in (r["error"] or "") or "failed to load" in (r["error"] or "")
              for r in records):
         status = "runtime_error"

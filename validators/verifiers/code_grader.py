@@ -17,6 +17,12 @@ process (:mod:`code_server`) with plain-data arguments and get plain data back (
   executed here and ``check(candidate)`` is called with ``candidate`` the entry point's proxy; a
   name the test uses that the prompt does not define (the entry point itself) is the solution's.
   So a solution that redefines the prompt's ``poly`` cannot change how ``check`` judges it.
+
+In both test modes the names Python provides stay Python's: a builtin (``abs``, ``set``, ``len``...)
+is the solution's only if it is the function under test (:func:`entry_points`: MBPP asks for a
+``sum``), and a standard-library module the tests name (``math``) is imported here, never taken
+from the solution. So a solution that defines ``set = lambda *a: 0`` or a fake ``math.isclose``
+cannot change what the tests compute.
 * ``function_call``: each ``{args, kwargs?, expected}`` calls the entry point and compares with
   :func:`values_match`.
 
@@ -28,6 +34,8 @@ objects (tests that check an in-place sort still work).
 """
 
 import ast
+import builtins
+import importlib
 import json
 import math
 import os
@@ -37,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import code_wire as wire  # noqa: E402
 
 MAX_MESSAGE = 16 << 20
+BUILTINS = frozenset(dir(builtins))
 
 
 class SolutionError(Exception):
@@ -146,6 +155,38 @@ def _names(sources):
     return found
 
 
+def _called(sources):
+    """Names called as functions in ``sources``, in order of appearance."""
+    found = []
+    for src in sources:
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in found:
+                found.append(node.func.id)
+    return found
+
+
+def entry_points(spec):
+    """The names of an ``assert`` spec that are the solution's even if Python has a builtin of that
+    name: ``spec["entry_point"]`` when given, else the functions its tests call that are not builtins,
+    else (every call a builtin's name: MBPP's own ``sum``) the first one called."""
+    if spec.get("entry_point"):
+        return {spec["entry_point"]}
+    called = _called(spec["tests"])
+    own = {n for n in called if n not in BUILTINS}
+    return own or set(called[:1])
+
+
+def _own_modules(ns, used):
+    """Import here the standard-library modules the tests use by name (``math.isclose``), so that a
+    solution's object of that name never stands in for them."""
+    for name in sorted(used & set(getattr(sys, "stdlib_module_names", ()))):
+        try:
+            ns[name] = importlib.import_module(name)
+        except ImportError:
+            continue
+    return used - set(ns)
+
+
 def _prompt_code(prompt):
     """The HumanEval prompt compiled (its imports and helpers): as it is, or with ``pass`` ending
     the entry point's unfinished body, or else its import lines alone."""
@@ -204,10 +245,13 @@ def main():
             if spec["entry_point"] not in defined:
                 return fail_all(0, f"the solution defines no {spec['entry_point']!r}")
             ns.pop(spec["entry_point"], None)  # the prompt's stub: the test means the solution's
-            # the prompt's helpers (poly...) stay the reference's; the test's other names are the solution's
-            used = (_names([spec["test"]]) - set(ns)) | {spec["entry_point"]}
+            # the prompt's helpers (poly...) stay the reference's, builtins and standard modules are
+            # Python's; the test's other names are the solution's
+            used = _own_modules(ns, _names([spec["test"]]) - set(ns) - BUILTINS) | {spec["entry_point"]}
+        elif mode == "assert":
+            used = _own_modules(ns, _names(spec["tests"]) - BUILTINS) | entry_points(spec)
         else:
-            used = _names(spec["tests"]) if mode == "assert" else {spec["entry_point"]}
+            used = {spec["entry_point"]}
         for name in sorted(used & set(defined)):
             if defined[name] == "callable":
                 ns[name] = Proxy(channel, name)

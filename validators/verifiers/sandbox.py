@@ -13,15 +13,24 @@ Every sandboxed process gets a scrubbed environment (``PATH``, ``HOME``, ``LANG`
 * **wall clock**: the process starts a new session; at the deadline the whole process group is
   killed with SIGKILL. Sleeping or interrupt-swallowing programs (no CPU use) die too.
 * **output cap**: stdout and stderr are read while the process runs (``selectors``); once either
-  passes ``output_bytes`` the group is killed (status ``output_limit``), so a print loop never
-  grows the grader's memory.
+  passes ``output_bytes`` that process's group is killed (status ``output_limit``), so a print loop
+  never grows the grader's memory; the other programs of a :func:`run_group` go on.
+* **one memory cap for the whole run** (``Limits.total_memory_bytes``): a memory cgroup per run
+  (:mod:`validators.verifiers.cgroup`) holds every process of the program and the pages of its
+  tmpfs mounts; no allocation gets past the cap, and the supervisor, checking every ``WATCH_S``,
+  kills the whole run once it hit the cap (status ``memory_limit``). Where no cgroup can be made,
+  it sums the resident memory of the run's process group instead (the tmpfs mounts are
+  size-capped on their own).
+* **integers print whole**: ``-X int_max_str_digits=0`` (``INTERPRETER_FLAGS``; a correct program
+  printing a 6000-digit integer is not a ``ValueError``); the time and memory caps bound the cost.
 * **isolation**, the first that works on this machine (probed once, see :func:`isolation`):
 
   - ``bwrap``: Debian's bubblewrap, ``--unshare-all`` (user, pid, net, ipc, uts, cgroup
     namespaces), ``--die-with-parent``, all capabilities dropped. The filesystem is ``/usr``,
     ``/lib*``, ``/bin``, ``/sbin`` (and the interpreter's prefix) read-only, ``/dev``, ``/proc``, and
-    two size-capped tmpfs, ``/sandbox`` (the working directory) and ``/tmp``, each at most
-    ``Limits.disk_bytes``. The program's files are copied in from memory (``--ro-bind-data`` of a
+    three size-capped tmpfs, ``/sandbox`` (the working directory), ``/tmp`` and ``/dev/shm``, each at
+    most ``Limits.disk_bytes``; the root and ``/dev`` are remounted read-only, so nothing else is
+    writable. The program's files are copied in from memory (``--ro-bind-data`` of a
     memfd, read-only): no host directory is created, so nothing is left behind when a grader is
     killed, and nothing the program writes reaches the host's disk. No ``--new-session``: the
     sandbox stays in its launcher's process group so that one ``killpg`` reaches every process.
@@ -59,12 +68,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from validators.verifiers import cgroup
+
 NOBODY = 65534
 INSIDE_DIR = "/sandbox"
 ISOLATIONS = ("bwrap", "unshare", "rlimits")  # strongest first
 REQUIRE_ENV = "CASCADE_SANDBOX_REQUIRE"
 UID_BASE, UID_SPAN, UID_SLOTS = 1 << 20, 1 << 30, 64
 TMP_PREFIX = "cascade-sbx-"
+INTERPRETER_FLAGS = ("-X", "int_max_str_digits=0")  # before every Program.argv
+WATCH_S = 0.1  # process-group memory watch period without a cgroup, seconds
+PAGE = os.sysconf("SC_PAGE_SIZE")
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
 
@@ -84,7 +98,10 @@ class Limits:
         file_bytes: ``RLIMIT_FSIZE`` (largest file the program may write), default 16 MiB.
         nproc: ``RLIMIT_NPROC`` (processes of the run's uid), default 64.
         output_bytes: cap on captured stdout and on stderr, each; default 1 MiB.
-        disk_bytes: size of each writable tmpfs (``/sandbox``, ``/tmp``) under bwrap; default 64 MiB.
+        disk_bytes: size of each writable tmpfs (``/sandbox``, ``/tmp``, ``/dev/shm``) under bwrap;
+            default 64 MiB.
+        total_memory_bytes: memory of all the run's processes and its tmpfs pages together, default
+            1 GiB (see the module doc).
     """
 
     timeout_s: float = 10.0
@@ -94,6 +111,7 @@ class Limits:
     nproc: int = 64
     output_bytes: int = 1 << 20
     disk_bytes: int = 64 << 20
+    total_memory_bytes: int = 1 << 30
 
 
 @dataclass
@@ -102,12 +120,14 @@ class RunResult:
 
     Attributes:
         status: ``ok`` (exit code 0), ``runtime_error`` (other exit code or signal),
-            ``timeout`` (wall clock), ``output_limit`` (stdout/stderr over the cap) or
-            ``sandbox_error`` (the process could not be started).
+            ``timeout`` (wall clock), ``output_limit`` (stdout/stderr over the cap),
+            ``memory_limit`` (killed at ``Limits.total_memory_bytes``) or ``sandbox_error`` (the
+            process could not be started).
         returncode: the exit code (negative: killed by that signal); None if not started.
         stdout, stderr: captured bytes, at most ``Limits.output_bytes`` each.
         wall_s: seconds from start to reaped.
         isolation: ``bwrap`` | ``unshare`` | ``rlimits``.
+        memory_peak_bytes: the run's largest memory use (its cgroup's peak), None without a cgroup.
     """
 
     status: str
@@ -116,6 +136,7 @@ class RunResult:
     stderr: bytes
     wall_s: float
     isolation: str
+    memory_peak_bytes: int | None = None
 
 
 @dataclass
@@ -178,18 +199,20 @@ def interpreter() -> str:
                        f"{base} is not world-executable)")
 
 
-def _bwrap_prefix(workdir: str | None, limits: Limits) -> list[str]:
+def _bwrap_prefix(workdir: str | None, limits: Limits, binds: list[str] = ()) -> list[str]:
     """bubblewrap's arguments up to the command: ``workdir`` bound at ``/sandbox`` (read-write), or,
-    when None, a tmpfs of ``limits.disk_bytes`` there."""
+    when None, a tmpfs of ``limits.disk_bytes`` there; then ``binds`` (more mount arguments); then
+    the root and ``/dev`` remounted read-only (mount points must exist before)."""
     py_root = str(Path(interpreter()).parents[1])
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for d in ("/lib", "/lib64", "/lib32", "/bin", "/sbin"):
         args += ["--ro-bind-try", d, d]
     if not py_root.startswith("/usr"):
         args += ["--ro-bind", py_root, py_root]
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(limits.disk_bytes), "--tmpfs", "/tmp"]
-    mount = ["--bind", workdir, INSIDE_DIR] if workdir else ["--size", str(limits.disk_bytes), "--tmpfs", INSIDE_DIR]
-    return args + mount + ["--chdir", INSIDE_DIR]
+    size = ["--size", str(limits.disk_bytes)]
+    args += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--proc", "/proc", *size, "--tmpfs", "/tmp"]
+    args += ["--bind", workdir, INSIDE_DIR] if workdir else [*size, "--tmpfs", INSIDE_DIR]
+    return args + list(binds) + ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", INSIDE_DIR]
 
 
 def _command(isolation: str, workdir: str, argv: list[str], limits: Limits) -> tuple[list[str], str]:
@@ -205,10 +228,12 @@ def _env(cwd_inside: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": cwd_inside, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _preexec(limits: Limits, uid: int):
+def _preexec(limits: Limits, uid: int, group: cgroup.MemoryCgroup | None):
     cpu = limits.cpu_s if limits.cpu_s is not None else int(limits.timeout_s) + 2
 
     def apply() -> None:
+        if group is not None:  # before the uid drop: only the grader's uid may write cgroup.procs
+            group.join()
         if os.geteuid() == 0:
             os.setgid(uid)
             os.setgroups([])
@@ -244,25 +269,42 @@ def _memfd(name: str, content: bytes) -> int:
 
 
 class _Launched:
-    """A started sandboxed process (or one that failed to start) and the host directory it holds."""
+    """A started sandboxed process (or one that failed to start), its memory cgroup and the host
+    directory it holds."""
 
     def __init__(self, cmd: list[str], cwd: str, inside: str, stdin: int, pass_fds: tuple[int, ...],
                  limits: Limits, uid: int, mode: str, workdir: str | None = None):
         self.mode, self.workdir, self.start = mode, workdir, time.monotonic()
         self.proc: subprocess.Popen | None = None
         self.error = b""
+        self.group = cgroup.create(limits.total_memory_bytes)
         try:
             self.proc = subprocess.Popen(cmd, cwd=cwd, env=_env(inside), stdin=stdin, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
-                                         preexec_fn=_preexec(limits, uid))
-        except OSError as exc:
+                                         preexec_fn=_preexec(limits, uid, self.group))
+        except (OSError, subprocess.SubprocessError) as exc:
             self.error = f"{type(exc).__name__}: {exc}".encode()
 
+    def over_memory(self, limits: Limits) -> bool:
+        """Whether the run reached its memory cap: its cgroup hit the limit (the kernel may stall or
+        kill only part of it, so the supervisor ends the whole run), or, without one, its process
+        group's resident memory is over ``limits.total_memory_bytes``."""
+        if self.group is not None:
+            return self.group.hit_limit()
+        return _group_rss(self.proc.pid) > limits.total_memory_bytes
+
+    def kill(self) -> None:
+        """SIGKILL the process group now (it is reaped by :meth:`finish`)."""
+        if self.proc is not None:
+            _kill_group(self.proc.pid, wait_s=0.0)
+
     def finish(self, status: str | None, out: bytes, err: bytes) -> RunResult:
-        """Kill what is left of the group, reap, remove the work directory."""
+        """Kill what is left of the group, reap, remove the work directory and the cgroup."""
         if self.proc is None:
             if self.workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.group is not None:
+                self.group.remove()
             return RunResult("sandbox_error", None, b"", self.error, 0.0, self.mode)
         _kill_group(self.proc.pid, wait_s=0.0)  # the leader becomes a zombie; its group stays addressable
         self.proc.wait()
@@ -274,9 +316,15 @@ class _Launched:
         if self.workdir:  # only now: the program may have written into it until killed
             shutil.rmtree(self.workdir, ignore_errors=True)
         rc = self.proc.returncode
+        peak = None
+        if self.group is not None:
+            peak = self.group.peak_bytes()
+            if status is None and rc != 0 and self.group.hit_limit():
+                status = "memory_limit"
+            self.group.remove()
         if status is None:
             status = "ok" if rc == 0 else "runtime_error"
-        return RunResult(status, rc, out, err, time.monotonic() - self.start, self.mode)
+        return RunResult(status, rc, out, err, time.monotonic() - self.start, self.mode, peak)
 
 
 def _launch(program: Program, limits: Limits, mode: str) -> _Launched:
@@ -291,8 +339,7 @@ def _launch(program: Program, limits: Limits, mode: str) -> _Launched:
             for name, content in data.items():
                 own.append(_memfd(name, content))
                 binds += ["--ro-bind-data", str(own[-1]), f"{INSIDE_DIR}/{name}"]
-            prefix = _bwrap_prefix(None, limits)
-            cmd = prefix[:-2] + binds + prefix[-2:] + [interpreter(), *program.argv]
+            cmd = _bwrap_prefix(None, limits, binds) + [interpreter(), *INTERPRETER_FLAGS, *program.argv]
             cwd, inside = "/", INSIDE_DIR
         else:
             workdir = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
@@ -301,7 +348,7 @@ def _launch(program: Program, limits: Limits, mode: str) -> _Launched:
             if os.geteuid() == 0:
                 for p in [workdir, *(os.path.join(workdir, n) for n in data)]:
                     os.chown(p, program.uid, program.uid)
-            cmd, inside = _command(mode, workdir, [interpreter(), *program.argv], limits)
+            cmd, inside = _command(mode, workdir, [interpreter(), *INTERPRETER_FLAGS, *program.argv], limits)
             cwd = workdir
         if isinstance(program.stdin, int):
             stdin = program.stdin
@@ -314,26 +361,60 @@ def _launch(program: Program, limits: Limits, mode: str) -> _Launched:
             os.close(fd)
 
 
+def _group_rss(pgid: int) -> int:
+    """Resident bytes of every process in group ``pgid`` (``/proc/<pid>/stat``: pgrp, rss in pages)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[21]) * PAGE
+    return total
+
+
 def _supervise(launched: list[_Launched], limits: Limits) -> list[RunResult]:
-    """Read every process's stdout and stderr (capped) until all are closed, the deadline (every
-    group killed; ``timeout`` for those not done) or the first output over the cap."""
+    """Read every process's stdout and stderr (capped) until all are closed or the deadline (every
+    group killed; ``timeout`` for those not done). A process over the output cap or the memory cap
+    (checked every ``WATCH_S``) is killed alone; the others go on."""
     bufs = [[bytearray(), bytearray()] for _ in launched]
     status: list[str | None] = [None] * len(launched)
     deadline = min(x.start for x in launched) + limits.timeout_s
+    watched = [k for k, x in enumerate(launched) if x.proc is not None]
+    next_watch = time.monotonic()
     with selectors.DefaultSelector() as sel:
         for k, x in enumerate(launched):
             if x.proc is not None:
                 sel.register(x.proc.stdout, selectors.EVENT_READ, (k, 0))
                 sel.register(x.proc.stderr, selectors.EVENT_READ, (k, 1))
-        stop = False
-        while sel.get_map() and not stop:
-            left = deadline - time.monotonic()
-            if left <= 0:
+
+        def stop(k: int, why: str) -> None:
+            status[k] = why
+            launched[k].kill()
+            for key in list(sel.get_map().values()):
+                if key.data[0] == k:
+                    sel.unregister(key.fileobj)
+
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
                 for key in sel.get_map().values():
                     status[key.data[0]] = "timeout"
                 break
-            for key, _ in sel.select(timeout=left):
+            if watched and now >= next_watch:
+                next_watch = now + WATCH_S
+                for k in watched:
+                    if status[k] is None and launched[k].over_memory(limits):
+                        stop(k, "memory_limit")
+            wake = min(deadline, next_watch)
+            for key, _ in sel.select(timeout=max(0.0, wake - time.monotonic())):
                 k, which = key.data
+                if status[k] is not None:
+                    continue
                 chunk = os.read(key.fileobj.fileno(), 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
@@ -342,7 +423,7 @@ def _supervise(launched: list[_Launched], limits: Limits) -> list[RunResult]:
                 room = limits.output_bytes - len(buf)
                 buf += chunk[:room]
                 if len(chunk) > room:
-                    status[k], stop = "output_limit", True
+                    stop(k, "output_limit")
     for x in launched:
         if x.proc is not None:
             x.proc.stdout.close()
@@ -355,8 +436,9 @@ def run_group(programs: list[Program], limits: Limits, isolation_mode: str | Non
 
     Programs talk through pipes the caller made and passed in ``Program.stdin``/``Program.fds``
     (this process's copies of those ends are closed as each program starts). The run ends when
-    every program has closed its stdout and stderr, at the deadline (every group killed, status
-    ``timeout`` for those still open) or at the first output over the cap (every group killed).
+    every program has closed its stdout and stderr, or at the deadline (every group killed, status
+    ``timeout`` for those still open); a program over the output or memory cap is killed alone
+    (``output_limit``, ``memory_limit``) and the others go on.
 
     Returns:
         one :class:`RunResult` per program, in order; never raises for what the programs do.
@@ -401,7 +483,7 @@ def run_in_directory(workdir: str, argv: list[str], *, limits: Limits, isolation
     ``workdir`` (chowned to ``nobody``) and its disk use."""
     cmd, inside = _command(isolation_mode, workdir, argv, limits)
     if isolation_mode == "bwrap":
-        cmd = _bwrap_prefix(workdir, limits) + [a for p in ro_binds for a in ("--ro-bind", p, p)] + argv
+        cmd = _bwrap_prefix(workdir, limits, [a for p in ro_binds for a in ("--ro-bind", p, p)]) + argv
     stdin_fd = _memfd("stdin", stdin)
     try:
         launched = _Launched(cmd, workdir, inside, stdin_fd, (), limits, NOBODY, isolation_mode)
@@ -412,10 +494,12 @@ def run_in_directory(workdir: str, argv: list[str], *, limits: Limits, isolation
 
 def sweep(pid: int) -> int:
     """Remove the temporary directories of grader process ``pid`` (call it after killing that
-    process: its ``finally`` blocks did not run). Returns how many were removed."""
+    process: its ``finally`` blocks did not run), and the memory cgroups of graders that are gone
+    (:func:`cgroup.sweep`). Returns how many temporary directories were removed."""
     found = glob.glob(os.path.join(tempfile.gettempdir(), f"{TMP_PREFIX}{pid}-*"))
     for path in found:
         shutil.rmtree(path, ignore_errors=True)
+    cgroup.sweep()
     return len(found)
 
 
