@@ -160,3 +160,30 @@ def test_genrm_parsing_pairing_and_rewards():
     check_row(row)
     with pytest.raises(ValueError, match="scored per group by a judge"):
         verify("an answer", row)
+
+
+def test_one_callers_slow_answer_never_holds_another_callers_answers():
+    """Issue #33: a hung answer holds one worker to its own timeout; another caller's answers get a
+    worker of their own (``BURST_AFTER_S`` later) instead of waiting behind it. Workers' address
+    space is capped."""
+    import threading
+
+    math = {"uuid": "m", "agent_ref": "math", "ground_truth": json.dumps({"answer": "2"})}
+    hang = {"uuid": "c", "agent_ref": "code",
+            "ground_truth": json.dumps({"mode": "assert", "tests": ["assert True"], "timeout_s": 60})}
+    with VerifierPool(workers=1, timeout_s=20, memory_bytes=3 << 30) as pool:
+        assert pool.verify([r"\boxed{2}"], [math])[0].reward == 1.0  # warm: the worker is up
+        (worker,) = pool._pool
+        limits = open(f"/proc/{worker.proc.pid}/limits").read()
+        assert f"Max address space         {3 << 30}" in limits
+        slow: list = []
+        caller_a = threading.Thread(target=lambda: slow.extend(pool.verify(["```python\nwhile True: pass\n```"], [hang])))
+        caller_a.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        out = pool.verify([r"\boxed{2}", r"\boxed{3}"], [math, math])
+        waited = time.monotonic() - start
+        assert [v.reward for v in out] == [1.0, 0.0] and waited < 12, waited
+        assert caller_a.is_alive()  # the hung answer is still on its own clock
+        caller_a.join()
+        assert slow[0].reason == "timeout after 20s"
