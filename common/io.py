@@ -2,9 +2,11 @@
 
 Every step writes its parquet outputs, ``metrics/<step>.json`` and
 ``rejects/<step>.parquet`` through these helpers: each file is written to a
-temporary name beside its target and renamed, so an interrupted run never
-leaves a half-written output, and every step checks that rows in equal rows
-out plus rows rejected before anything is written. A step whose ``params.yaml`` block fails its model
+temporary name (in the step's scratch directory inside its DVC output, which
+``dvc repro`` removes however it reproduces the stage: :func:`step_scratch`) and
+renamed, so an interrupted run never leaves a half-written output or a leftover,
+and every step checks that rows in equal rows out plus rows rejected before
+anything is written. A step whose ``params.yaml`` block fails its model
 stops with one line naming the key (:func:`params_error`).
 """
 
@@ -39,6 +41,69 @@ REJECT_SCHEMA = pa.schema([
 ROW_GROUP_SIZE = 10_000
 
 
+SCRATCH_NAME = ".cascade-tmp"  # a running step's scratch directory, inside its directory output
+SCRATCH_ENV = "CASCADE_SCRATCH"  # where :func:`step_scratch` puts it (inherited by the step's workers)
+PAUSE_ENV = "CASCADE_TEST_PAUSE_IN_WRITE"  # tests: seconds to sleep once a temporary exists (a kill point)
+
+
+def scratch() -> Path | None:
+    """The running step's scratch directory (:func:`step_scratch`), or None outside a step."""
+    value = os.environ.get(SCRATCH_ENV)
+    return Path(value) if value else None
+
+
+@contextmanager
+def step_scratch(home: str | Path | None) -> Iterator[Path | None]:
+    """Hold every temporary of the step in ``<home>/.cascade-tmp`` while it runs, and remove it after.
+
+    ``home`` is a directory output of the step's DVC stage: ``dvc repro`` removes a stage's outputs
+    before it runs the command *and* before it restores them from its run cache (``Stage.run``), so
+    what a SIGKILLed run left there (the temporaries of :func:`atomic_path` / :func:`atomic_dir`,
+    whatever the target, and the spilled :class:`Rejects`) is gone after the next ``dvc repro``
+    however the stage is reproduced; a temporary beside an output file (``rejects/``, ``metrics/``)
+    would survive a restore. A run outside DVC removes a killed run's scratch here, first. ``home``
+    None (a step with no directory output): temporaries go beside their targets, removed by the
+    next write of the same target.
+    """
+    if home is None:
+        yield None
+        return
+    home = Path(home)
+    created = not home.exists()
+    path = home / SCRATCH_NAME
+    shutil.rmtree(path, ignore_errors=True)  # a killed run's (one run per step: none is live)
+    path.mkdir(parents=True)
+    before = os.environ.get(SCRATCH_ENV)
+    os.environ[SCRATCH_ENV] = str(path.resolve())
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop(SCRATCH_ENV, None)
+        else:
+            os.environ[SCRATCH_ENV] = before
+        shutil.rmtree(path, ignore_errors=True)
+        if created and home.is_dir() and not any(home.iterdir()):
+            home.rmdir()  # the step failed before writing: no empty output left for DVC to take
+
+
+def _temp_parent(path: Path) -> Path:
+    """Where the temporary of a write of ``path`` goes: the step's scratch (same file system, and
+    not the directory being replaced), else beside ``path``."""
+    root = scratch()
+    if root is None or root.resolve().is_relative_to(path.resolve()):
+        return path.parent
+    root.mkdir(parents=True, exist_ok=True)
+    return root if os.stat(root).st_dev == os.stat(path.parent).st_dev else path.parent
+
+
+def _pause_for_tests() -> None:
+    if os.environ.get(PAUSE_ENV):
+        import time
+
+        time.sleep(float(os.environ[PAUSE_ENV]))
+
+
 def _remove_leftovers(path: Path) -> None:
     """Remove ``.<name>.*.tmp`` beside ``path``: what a write of ``path`` killed midway (SIGKILL, power
     loss) left behind. One writer per output path is the pipeline's rule, so none is live."""
@@ -51,7 +116,8 @@ def _remove_leftovers(path: Path) -> None:
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
+    """Yield a temporary path (in the step's scratch, :func:`step_scratch`, else beside ``path``);
+    rename it onto ``path`` on success.
 
     On an exception the temporary file is removed and ``path`` is untouched; leftovers of an
     earlier, killed write of ``path`` are removed first.
@@ -59,8 +125,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=_temp_parent(path), prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    _pause_for_tests()
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -74,7 +141,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a new empty directory beside ``path`` (mode 0755); on success it replaces ``path``.
+    """Yield a new empty directory (mode 0755; in the step's scratch, :func:`step_scratch`, else beside
+    ``path``); on success it replaces ``path``.
 
     On an exception the temporary directory is removed and ``path`` is untouched; leftovers of an
     earlier, killed write of ``path`` are removed first.
@@ -82,9 +150,10 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(path)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    tmp = Path(tempfile.mkdtemp(dir=_temp_parent(path), prefix=f".{path.name}.", suffix=".tmp"))
     try:
         tmp.chmod(0o755)
+        _pause_for_tests()
         yield tmp
         if path.exists():
             shutil.rmtree(path)
@@ -118,11 +187,12 @@ def read_parquet(path: str | Path) -> pa.Table:
     return pq.read_table(path)
 
 
-SPILL = Path("rejects/.spill")  # spilled chunks of the running steps' rejects (beside the outputs, not /tmp)
+SPILL = Path("rejects/.spill")  # spilled rejects of a step with no scratch (:func:`step_scratch`), not /tmp
 
 
 def remove_spills(step: str) -> None:
-    """Remove the spill directories of ``step``'s rejects that a killed run left (run before the step)."""
+    """Remove the spill directories under :data:`SPILL` of ``step``'s rejects that a killed run left
+    (run before the step)."""
     for stale in SPILL.glob(f"{glob.escape(step)}-*"):
         shutil.rmtree(stale, ignore_errors=True)
 
@@ -131,10 +201,10 @@ class Rejects:
     """Rejected records of one step, counted by source and reason.
 
     Records are buffered in memory and spilled to temporary parquet chunks of ``spill_rows``
-    records (under :data:`SPILL`, removed when the object goes; a killed step's by
-    :func:`remove_spills` on its next run), so a step that drops millions of records (exact
-    duplicates of a large corpus) holds one chunk of them, not all; :meth:`write` streams the
-    chunks to the target.
+    records (in the step's scratch, :func:`step_scratch`, else under :data:`SPILL`; removed when the
+    object goes, a killed step's with its scratch or by :func:`remove_spills` on its next run), so a
+    step that drops millions of records (exact duplicates of a large corpus) holds one chunk of them,
+    not all; :meth:`write` streams the chunks to the target.
     Pickling (a Ray worker's rejects sent to the driver) materializes the records.
     """
 
@@ -157,8 +227,10 @@ class Rejects:
         self._counts[row["source"], row["category"]] += 1
         if len(self._buffer) >= self.spill_rows:
             if self._dir is None:
-                SPILL.mkdir(parents=True, exist_ok=True)
-                self._dir = tempfile.mkdtemp(dir=SPILL, prefix=f"{self.step}-")
+                spill = scratch() or SPILL
+                spill.mkdir(parents=True, exist_ok=True)
+                self._dir = tempfile.mkdtemp(dir=spill, prefix=f"{self.step}-")
+                _pause_for_tests()
             chunk = Path(self._dir) / f"{len(self._chunks):06d}.parquet"
             pq.write_table(self._table(self._buffer), chunk)
             self._chunks.append(chunk)

@@ -1,5 +1,9 @@
 """Build the SFT mix and one RL set per domain, each with a held-out validation split.
 
+An RL row that breaks its verifier's contract (:func:`contract_reason`: ``ground_truth`` not
+strict JSON, a required key missing or of the wrong type, an unknown instruction id...) never
+reaches a set: it is rejected with reason ``verifier_contract: <agent_ref>: <detail>``.
+
 Selection is deterministic: rows are ranked by ``md5(seed + uuid)``; the first
 ``validation_rows`` of each group form the validation split, and per-group
 caps (``max_rows``) keep the lowest-ranked rows. Rows a cap leaves out are
@@ -23,6 +27,38 @@ def rank_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
     """``df`` plus ``_rank`` = ``md5(f"{seed}:{uuid}")`` (hex): the per-row part of ``build``, mapped
     over the decontaminated tables by the executor."""
     return df.with_columns(md5_hex(df["uuid"], f"{seed}:").alias("_rank"))
+
+
+CONTRACT = "_contract"  # the column of :func:`contract_batch`: why a row breaks its verifier's contract
+
+
+def contract_reason(row: dict[str, Any]) -> str | None:
+    """None when the RL ``row`` meets its verifier's contract
+    (:func:`validators.verifiers.registry.check_row`: known ``agent_ref``, strict-JSON fields, the
+    verifier's ground-truth keys and types), else the reject reason ``verifier_contract: <agent_ref>: ...``."""
+    from validators.verifiers.registry import check_row
+
+    try:
+        check_row(row)
+    except ValueError as exc:
+        detail = str(exc).removeprefix(f"row {row.get('uuid')!r}: ")
+        return f"verifier_contract: {row.get('agent_ref')}: {detail}"
+    return None
+
+
+def contract_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """:func:`rank_batch` of RL rows plus :data:`CONTRACT` (:func:`contract_reason` of each row, null
+    when it passes): the per-row part of ``build`` on the RL table, mapped by the executor."""
+    reasons = [contract_reason(row) for row in df.to_dicts()]
+    return rank_batch(df, seed).with_columns(pl.Series(CONTRACT, reasons, dtype=pl.String))
+
+
+def drop_broken(rl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(rows meeting their verifier's contract, without :data:`CONTRACT`; the others, with their
+    ``reason`` and without ``_rank``): what ``build`` keeps and what it rejects."""
+    broken = rl[CONTRACT].is_not_null()
+    return (rl.filter(~broken).drop(CONTRACT),
+            rl.filter(broken).drop("_rank", strict=False).rename({CONTRACT: "reason"}))
 
 
 def _rank(df: pl.DataFrame, seed: int) -> pl.DataFrame:

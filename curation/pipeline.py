@@ -14,7 +14,16 @@ from typing import Any
 
 import polars as pl
 
-from common.io import Rejects, finish_step, read_parquet, remove_spills, write_json, write_parquet
+from common.io import (
+    Rejects,
+    finish_step,
+    read_parquet,
+    remove_spills,
+    scratch,
+    step_scratch,
+    write_json,
+    write_parquet,
+)
 from common.paths import (
     ASSETS,
     DECONTAM_INDEX,
@@ -91,7 +100,7 @@ def step_dedup(params: PipelineParams) -> dict[str, Any]:
     from curation.dedup import run_dedup
 
     priority = {spec.name: i for i, spec in enumerate(_registry(params))}
-    with tempfile.TemporaryDirectory(dir=DEDUPED.parent, prefix=".dedup-input-") as tmp, \
+    with tempfile.TemporaryDirectory(dir=scratch() or DEDUPED.parent, prefix=".dedup-input-") as tmp, \
             open_executor(params.executor) as ex:
         src = Path(tmp)
         (src / "rl.parquet").symlink_to((INGESTED / "rl.parquet").resolve())
@@ -152,16 +161,21 @@ def step_validate(params: PipelineParams) -> dict[str, Any]:
 
 
 def step_build(params: PipelineParams) -> dict[str, Any]:
-    """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits."""
+    """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits. An RL row
+    that breaks its verifier's contract (:func:`curation.build.contract_reason`) is rejected, not built."""
     from common.executor import gather, open_executor
-    from curation.build import build_sets, rank_batch
+    from curation.build import build_sets, contract_batch, drop_broken, rank_batch
 
     seed = params.build.seed
-    with open_executor(params.executor) as ex:  # the seeded rank of each row is the map; the splits are global
-        sft, rl = (gather(ex, DECONTAMINATED / f"{k}.parquet", rank_batch, MAP_BATCH_ROWS, {"seed": seed},
-                          rank_batch(_empty(k), seed)) for k in KINDS)
-    sets, capped, stats = build_sets(sft, rl, params.build)
+    with open_executor(params.executor) as ex:  # the seeded rank of each row (and the RL rows' verifier
+        # contract) is the map; the splits are global
+        sft, rl = (gather(ex, DECONTAMINATED / f"{k}.parquet", fn, MAP_BATCH_ROWS, {"seed": seed}, fn(_empty(k), seed))
+                   for k, fn in (("sft", rank_batch), ("rl", contract_batch)))
+    rows_in = len(sft) + len(rl)
+    rl, broken = drop_broken(rl)
     rejects = Rejects("build")
+    rejects.extend_frame(broken)
+    sets, capped, stats = build_sets(sft, rl, params.build)
     for frame in capped:
         rejects.extend_frame(frame)
     out_rows = 0
@@ -170,7 +184,8 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
         for split, df in splits.items():
             write_parquet(df.to_arrow(), SETS / name / f"{split}.parquet", SCHEMAS[name.split("/")[0]])
             out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
-    return finish_step("build", len(sft) + len(rl), out_rows, rejects, **stats)
+    by_verifier = dict(sorted(broken.group_by("agent_ref").len().iter_rows())) if len(broken) else {}
+    return finish_step("build", rows_in, out_rows, rejects, contract_rejects_by_verifier=by_verifier, **stats)
 
 
 def sampling_config(p: SamplingParams) -> dict[str, Any]:
@@ -366,6 +381,15 @@ STEPS = {
     "export": step_export, "difficulty": step_difficulty, "synthesize": step_synthesize, "tokenize": step_tokenize,
     "pack": step_pack, "swe_tasks": step_swe_tasks,
 }
+# The directory output (dvc.yaml) that holds each step's scratch (common/io.py step_scratch): DVC removes it
+# before it runs or restores the stage, so a killed run's temporaries go with it. None: no directory output
+# (validate), or one the step replaces whole (swe_tasks' data/swe; the stage is never restored from DVC's
+# run cache, its persistent uncached cache directory keeps it out): temporaries beside their targets.
+SCRATCH_HOMES: dict[str, Path | None] = {
+    "fetch": SOURCES, "asset": ASSETS, "ingest": INGESTED, "dedup": DEDUPED, "decontam_index": DECONTAM_INDEX,
+    "decontaminate": DECONTAMINATED, "validate": None, "build": SETS, "export": RELEASE, "difficulty": FILTERED,
+    "synthesize": SYNTHESIZED, "tokenize": TOKENIZED, "pack": PACKED, "swe_tasks": None,
+}
 ORDER = ["ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
 TIMINGS = Path("logs/timings.json")
 
@@ -390,13 +414,15 @@ def run_step(name: str, params: PipelineParams | dict[str, Any], fn: Callable[[A
     validated :class:`~curation.params.PipelineParams`, ``cascade train`` / ``report`` on the raw dict,
     whose ``cascade`` block the runners' configs check) and record its wall seconds in ``logs/timings.json`` (kept out
     of the DVC metrics, so a rerun with the same data leaves ``dvc.lock`` unchanged). Under a
-    data-parallel launcher only rank 0 (``RANK`` unset or 0) touches those files."""
+    data-parallel launcher only rank 0 (``RANK`` unset or 0) touches those files. A data step's
+    temporaries live in its scratch (:data:`SCRATCH_HOMES`, :func:`common.io.step_scratch`)."""
     t0 = time.perf_counter()
     main = os.environ.get("RANK", "0") == "0"
-    if main:
-        remove_spills(name)
-    result = (fn or STEPS[name])(params)
-    if main:
+    if not main:
+        return (fn or STEPS[name])(params)
+    remove_spills(name)
+    with step_scratch(SCRATCH_HOMES.get(name)):  # the step's temporaries, removed with it (and by DVC)
+        result = (fn or STEPS[name])(params)
         record_timing(name, round(time.perf_counter() - t0, 2))
     return result
 

@@ -111,9 +111,11 @@ def _stage_lock(dst: Path, stage: str) -> dict:
 
 
 def _leftovers(dst: Path) -> list[str]:
-    """Temporary files and directories of interrupted writes (common/io.py names them ``.*.tmp``)."""
-    return sorted(str(p.relative_to(dst)) for top in ("data", "rejects", "metrics", "release", "plots")
-                  for p in (dst / top).rglob("*") if p.name.endswith(".tmp") or ".spill/" in str(p))
+    """Temporary files and directories of interrupted writes (common/io.py names them ``.*.tmp``), spilled
+    rejects and step scratch directories (common/io.py ``step_scratch``)."""
+    return sorted(str(p.relative_to(dst)) for top in ("data", "rejects", "metrics", "release", "plots", "logs")
+                  for p in (dst / top).rglob("*")
+                  if p.name.endswith(".tmp") or ".spill" in p.parts or ".cascade-tmp" in p.parts)
 
 
 def _step_process(proc: subprocess.Popen, timeout: float = 120.0):

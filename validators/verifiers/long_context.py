@@ -39,7 +39,7 @@ class LongContextVerifier(Verifier):
     def check(self, row: dict[str, Any]) -> None:
         gt = ground_truth(row, "answers")
         if not isinstance(gt["answers"], list) or not gt["answers"] or not all(
-                normalize_answer(a) for a in gt["answers"]):
+                isinstance(a, str) and normalize_answer(a) for a in gt["answers"]):
             raise ValueError(f"row {row.get('uuid')!r}: ground_truth.answers must be a non-empty list of answers")
         if gt.get("match", "any") not in ("any", "all"):
             raise ValueError(f"row {row.get('uuid')!r}: ground_truth.match {gt['match']!r} not in ('any', 'all')")

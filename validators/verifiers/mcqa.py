@@ -86,9 +86,13 @@ class MCQAVerifier(Verifier):
     sft_domain = "science"
 
     def check(self, row: dict[str, Any]) -> None:
-        gt = ground_truth(row, "answer", "options")
-        if not isinstance(gt["options"], dict) or gt["answer"] not in gt["options"]:
-            raise ValueError(f"row {row.get('uuid')!r}: ground_truth.answer {gt['answer']!r} is not an option key")
+        gt, uid = ground_truth(row, "answer", "options"), row.get("uuid")
+        options = gt["options"]
+        if not isinstance(options, dict) or len(options) < 2 or not all(
+                re.fullmatch(r"[A-Z]", k) and isinstance(v, str) for k, v in options.items()):
+            raise ValueError(f"row {uid!r}: ground_truth.options must map two or more letters A-Z to option texts")
+        if not isinstance(gt["answer"], str) or gt["answer"] not in options:
+            raise ValueError(f"row {uid!r}: ground_truth.answer {gt['answer']!r} is not an option key")
         regex = metadata(row).get("output_regex")
         if regex is not None:
             try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import plugins
-from common.answers import final_answer, row_json
+from common.answers import final_answer, strict_json
 
 
 @dataclass
@@ -51,13 +51,29 @@ def fail(reason: str, **details: Any) -> Verdict:
     return Verdict(0.0, False, reason, details)
 
 
+def row_field(row: dict[str, Any], name: str) -> Any:
+    """JSON field ``name`` of ``row`` decoded strictly (:func:`common.answers.strict_json`: no ``NaN`` /
+    ``Infinity``, no duplicate key, bounded nesting); a non-string value is returned as is.
+
+    Raises:
+        ValueError: naming the row and the field when it is not strict JSON.
+    """
+    value = row.get(name)
+    if not isinstance(value, str):
+        return value
+    try:
+        return strict_json(value)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"row {row.get('uuid')!r}: {name} is not valid JSON: {exc}") from None
+
+
 def ground_truth(row: dict[str, Any], *keys: str) -> dict[str, Any]:
-    """``row.ground_truth`` as a dict that has every key in ``keys``.
+    """``row.ground_truth`` (strict JSON, :func:`row_field`) as a dict that has every key in ``keys``.
 
     Raises:
         ValueError: naming the row and the missing key.
     """
-    gt = row_json(row, "ground_truth")
+    gt = row_field(row, "ground_truth")
     if not isinstance(gt, dict):
         raise ValueError(f"row {row.get('uuid')!r}: ground_truth must be a JSON object, got {type(gt).__name__}")
     missing = [k for k in keys if k not in gt]
@@ -68,7 +84,7 @@ def ground_truth(row: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 def metadata(row: dict[str, Any]) -> dict[str, Any]:
     """``row.metadata`` decoded (``{}`` when absent)."""
-    meta = row_json(row, "metadata")
+    meta = row_field(row, "metadata")
     return meta if isinstance(meta, dict) else {}
 
 
@@ -85,7 +101,9 @@ class Verifier:
     grades_responses: bool = True
 
     def check(self, row: dict[str, Any]) -> None:
-        """Raise ValueError (naming the row and field) when ``row``'s verifier spec is invalid."""
+        """Raise ValueError (naming the row and field) when ``row``'s verifier spec is invalid: the
+        verifier's ground-truth contract (required keys and their types), declared here once and run
+        by :func:`check_row` on every RL row before it enters a set (``cascade build``)."""
 
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
         """Grade ``answer`` (the final answer, reasoning stripped) against ``row``."""
@@ -129,15 +147,30 @@ def verify(response: str, row: dict[str, Any]) -> Verdict:
     return get_verifier(row.get("agent_ref")).verify(response, row)
 
 
+JSON_FIELDS = ("ground_truth", "kwargs", "metadata")  # the RL row's JSON strings (corpora/schema.py)
+
+
 def check_row(row: dict[str, Any]) -> None:
-    """Validate ``row``'s verifier spec (what RL-set builders call before a row is kept).
+    """Validate ``row`` against its verifier's contract (what RL-set builders call before a row is
+    kept: ``cascade build`` drops and rejects a row this refuses): its ``agent_ref`` names an installed
+    verifier, every JSON field (:data:`JSON_FIELDS`) is strict JSON (:func:`row_field`), then the
+    verifier's own :meth:`Verifier.check`.
 
     Raises:
-        ValueError: a clear message naming the row (unknown agent_ref, unknown instruction id,
-            unknown relation, missing tests, bad JSON schema...).
+        ValueError: a clear message naming the row (unknown agent_ref, ground_truth not JSON, unknown
+            instruction id, answer not an option, missing tests, bad JSON schema...); a check that
+            trips over a value of an unexpected type (TypeError...) is reported the same way.
     """
+    uid = row.get("uuid")
     try:
         verifier = get_verifier(row.get("agent_ref"))
     except KeyError as exc:
-        raise ValueError(f"row {row.get('uuid')!r}: {exc.args[0]}") from None
-    verifier.check(row)
+        raise ValueError(f"row {uid!r}: {exc.args[0]}") from None
+    for name in JSON_FIELDS:
+        row_field(row, name)
+    try:
+        verifier.check(row)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a malformed value is the row's fault: reject it, do not crash
+        raise ValueError(f"row {uid!r}: {type(exc).__name__}: {exc}") from None

@@ -171,6 +171,9 @@ class ToolCallVerifier(Verifier):
             name, args = next(iter(call.items()))
             if name not in names:
                 raise ValueError(f"row {uid!r}: ground_truth.calls[{i}] calls {name!r}, not among the row's tools")
+            if not all(isinstance(accepted, list) for accepted in args.values()):
+                raise ValueError(f"row {uid!r}: ground_truth.calls[{i}].{name}: each argument maps to a list of "
+                                 f"acceptable values")
             empty = [a for a, accepted in args.items() if accepted == []]
             if empty:
                 raise ValueError(f"row {uid!r}: ground_truth.calls[{i}].{name}: no acceptable value for "
