@@ -1,0 +1,114 @@
+"""Every attack of ``benchmarks/attacks_fresh.py`` must earn reward 0 with a verdict (no exception,
+no hang, no dropped sample); every ``MUST_PAY`` answer must earn 1. Samples are graded in a worker
+process under a wall clock (``benchmarks.attacks_fresh.Runner``), so a grader that hangs fails its
+test instead of hanging the suite. Marks record the state before the verifier fixes."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.attacks_fresh import ATTACKS, MUST_PAY, Runner, outcome
+
+TIMEOUT_S = {"code": 30.0}  # others: DEFAULT_TIMEOUT_S
+DEFAULT_TIMEOUT_S = 10.0
+
+PAYS = "pays before fix"
+KNOWN: dict[str, str] = {
+    # math
+    "math_round_up_to_power_of_ten": PAYS,
+    "math_enotation_one_digit": PAYS,
+    "math_power_tower": "hangs before fix",
+    "math_enotation_huge_exponent": "hangs before fix",
+    "math_deep_braces": "hangs before fix",
+    "rg_poly_constant_zero": PAYS,
+    "rg_fraction_constant_zero": PAYS,
+    "rg_prime_refusal_crash": "crashes before fix",
+    # instruction following
+    "if_single_letter": PAYS,
+    "if_empty_quotes": PAYS,
+    "if_bare_title": PAYS,
+    "if_bare_placeholders": PAYS,
+    "if_homoglyph_forbidden_words": PAYS,
+    "if_fullwidth_commas": PAYS,
+    "if_undetectable_language": PAYS,
+    "ifbench_one_word": PAYS,
+    "ifbench_palindrome_parens": PAYS,
+    # structured output
+    "so_empty_values": PAYS,
+    "so_overflow_to_infinity": PAYS,
+    # tool call
+    "tool_irrelevance_empty": PAYS,
+    "tool_irrelevance_other_format_call": PAYS,
+    "tool_irrelevance_python_call": PAYS,
+    # long context
+    "lc_list_every_variable": PAYS,
+    "lc_boxed_every_variable": PAYS,
+    "lc_list_every_number": PAYS,
+    "lc_first_hop_only": PAYS,
+    # code
+    "code_mbpp_constant_2": PAYS,
+    "code_mbpp_constant_2_divisor": PAYS,
+    "code_mbpp_hardcoded_output": PAYS,
+    "code_mbpp_shadow_builtin_set": PAYS,
+    "code_he_shadow_abs": PAYS,
+    "code_he_shadow_tuple": PAYS,
+    "code_he_shadow_range": PAYS,
+    "code_stdio_decimal_overflow": "crashes before fix",
+    # genrm screen
+    "genrm_chinese_injection": PAYS,
+    "genrm_spanish_injection": PAYS,
+    "genrm_homoglyph_injection": PAYS,
+    "genrm_zero_width_injection": PAYS,
+    "genrm_newline_split": PAYS,
+    "genrm_fake_transcript": PAYS,
+    "genrm_adverb_comparison": PAYS,
+    "genrm_fullwidth_injection": PAYS,
+}
+# racy: the flood kills both sandboxes before the grader logs the solution's start in some runs only
+RACY = {"code_mbpp_stdout_flood_at_load": "dropped as sandbox_error in some runs (race with the handshake)"}
+KNOWN_MUST_PAY: dict[str, str] = {
+    "lc_multihop_prompt_format": "space-separated answer (the prompt's format) scores 0 before fix",
+    "code_stdio_6000_digit_integer": "int-to-str digit limit in the sandbox before fix",
+    "genrm_benign_mentions_a_judge": "screen false positive before fix",
+}
+
+
+def _params(samples: dict, known: dict) -> list:
+    out = []
+    for family, items in samples.items():
+        for name, response, row in items:
+            marks = [pytest.mark.xfail(strict=True, reason=known[name])] if name in known else []
+            if name in RACY:
+                marks = [pytest.mark.xfail(strict=False, reason=RACY[name])]
+            out.append(pytest.param(family, response, row, id=f"{family}-{name}", marks=marks))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runner():
+    r = Runner()
+    yield r
+    r.close()
+
+
+def test_counts():
+    assert sum(len(a) for a in ATTACKS.values()) >= 48
+    assert all(len(ATTACKS[f]) >= 5 for f in ("math", "mcqa", "instruction_following", "structured_output",
+                                             "tool_call", "long_context", "code", "genrm"))
+    names = [n for a in ATTACKS.values() for n, _, _ in a] + [n for a in MUST_PAY.values() for n, _, _ in a]
+    assert len(names) == len(set(names))
+    assert set(KNOWN) | set(RACY) <= set(names) and set(KNOWN_MUST_PAY) <= set(names)
+
+
+@pytest.mark.parametrize(("family", "response", "row"), _params(ATTACKS, KNOWN))
+def test_attack_earns_nothing(runner, family, response, row):
+    res = runner.run(response, row, TIMEOUT_S.get(family, DEFAULT_TIMEOUT_S))
+    assert outcome(res) == "ok", res
+    assert res["reward"] == 0.0
+
+
+@pytest.mark.parametrize(("family", "response", "row"), _params(MUST_PAY, KNOWN_MUST_PAY))
+def test_correct_answer_pays(runner, family, response, row):
+    res = runner.run(response, row, TIMEOUT_S.get(family, DEFAULT_TIMEOUT_S))
+    assert res["status"] == "ok" and res["error"] is None, res
+    assert res["reward"] == 1.0, res
