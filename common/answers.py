@@ -13,6 +13,7 @@ means there is no final answer; a response without tags is its own answer.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -94,6 +95,13 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):  # 1e400: a number no JSON consumer can hold, read by Python as inf
+        raise ValueError(f"JSON number {literal[:40]} overflows a double")
+    return value
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: set[str] = set()
     for key, _ in pairs:
@@ -105,7 +113,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def strict_json(text: str) -> Any:
     """The one JSON value ``text`` holds, parsed as a grader must: RFC 8259 only (``NaN``, ``Infinity`` and
-    ``-Infinity``, which Python's ``json`` accepts, are refused), no duplicate object keys (Python keeps
+    ``-Infinity``, which Python's ``json`` accepts, are refused, and so is a number that overflows a
+    double, e.g. ``1e400``, which Python reads as ``inf``), no duplicate object keys (Python keeps
     the last one, so ``{"age": "x", "age": 36}`` would pass a check the first value fails), at most
     :data:`MAX_JSON_DEPTH` levels of nesting, and integers within Python's int-to-str digit limit.
 
@@ -116,7 +125,8 @@ def strict_json(text: str) -> Any:
         ValueError: saying which rule the text breaks (``json.JSONDecodeError`` for a syntax error).
     """
     try:
-        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                           object_pairs_hook=_unique_keys)
     except RecursionError:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     todo = [(value, 1)]

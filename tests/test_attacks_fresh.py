@@ -20,9 +20,6 @@ KNOWN: dict[str, str] = {
     "math_power_tower": "hangs before fix",
     "math_enotation_huge_exponent": "hangs before fix",
     "math_deep_braces": "hangs before fix",
-    "rg_poly_constant_zero": PAYS,
-    "rg_fraction_constant_zero": PAYS,
-    "rg_prime_refusal_crash": "crashes before fix",
     # instruction following
     "if_single_letter": PAYS,
     "if_empty_quotes": PAYS,
@@ -34,12 +31,7 @@ KNOWN: dict[str, str] = {
     "ifbench_one_word": PAYS,
     "ifbench_palindrome_parens": PAYS,
     # structured output
-    "so_empty_values": PAYS,
-    "so_overflow_to_infinity": PAYS,
     # tool call
-    "tool_irrelevance_empty": PAYS,
-    "tool_irrelevance_other_format_call": PAYS,
-    "tool_irrelevance_python_call": PAYS,
     # long context
     "lc_list_every_variable": PAYS,
     "lc_boxed_every_variable": PAYS,
@@ -49,11 +41,6 @@ KNOWN: dict[str, str] = {
     "code_mbpp_constant_2": PAYS,
     "code_mbpp_constant_2_divisor": PAYS,
     "code_mbpp_hardcoded_output": PAYS,
-    "code_mbpp_shadow_builtin_set": PAYS,
-    "code_he_shadow_abs": PAYS,
-    "code_he_shadow_tuple": PAYS,
-    "code_he_shadow_range": PAYS,
-    "code_stdio_decimal_overflow": "crashes before fix",
     # genrm screen
     "genrm_chinese_injection": PAYS,
     "genrm_spanish_injection": PAYS,
@@ -64,11 +51,8 @@ KNOWN: dict[str, str] = {
     "genrm_adverb_comparison": PAYS,
     "genrm_fullwidth_injection": PAYS,
 }
-# racy: the flood kills both sandboxes before the grader logs the solution's start in some runs only
-RACY = {"code_mbpp_stdout_flood_at_load": "dropped as sandbox_error in some runs (race with the handshake)"}
 KNOWN_MUST_PAY: dict[str, str] = {
     "lc_multihop_prompt_format": "space-separated answer (the prompt's format) scores 0 before fix",
-    "code_stdio_6000_digit_integer": "int-to-str digit limit in the sandbox before fix",
     "genrm_benign_mentions_a_judge": "screen false positive before fix",
 }
 
@@ -78,8 +62,6 @@ def _params(samples: dict, known: dict) -> list:
     for family, items in samples.items():
         for name, response, row in items:
             marks = [pytest.mark.xfail(strict=True, reason=known[name])] if name in known else []
-            if name in RACY:
-                marks = [pytest.mark.xfail(strict=False, reason=RACY[name])]
             out.append(pytest.param(family, response, row, id=f"{family}-{name}", marks=marks))
     return out
 

@@ -38,7 +38,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ MODES = {"assert": ("tests",), "check_candidate": ("test", "entry_point"),
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 REL_TOL = ABS_TOL = Decimal("1e-6")
+WIDE = Context(prec=34, Emax=MAX_EMAX, Emin=MIN_EMIN)  # any exponent a token can write
 STARTED = b'{"started": true}\n'
 
 
@@ -94,7 +95,8 @@ def outputs_match(got: bytes, expected: str) -> bool:
     equal; equal strings match; integers (any length, no digit limit) compare exactly by value
     (``007`` = ``7``, ``+5`` = ``5``); when either token is a non-integer decimal number (``2.50``,
     ``1e3``, ``-.5``) both are read exactly as decimals (no float overflow: ``1e400`` != ``2e400``)
-    and match when ``|a - b| <= max(1e-6, 1e-6 * |b|)``; anything else (``nan``, ``inf``, words)
+    and match when ``|a - b| <= max(1e-6, 1e-6 * |b|)`` (in :data:`WIDE`, so ``1e999999999`` is a
+    number, not a ``decimal.Overflow``); anything else (``nan``, ``inf``, words)
     compares as text, case-sensitive.
     """
     a, b = got.decode("utf-8", errors="replace").split(), expected.split()
@@ -109,7 +111,7 @@ def outputs_match(got: bytes, expected: str) -> bool:
         if re.fullmatch(r"[+-]?\d+", x) and re.fullmatch(r"[+-]?\d+", y):
             if dx != dy:
                 return False
-        elif abs(dx - dy) > max(ABS_TOL, REL_TOL * abs(dy)):
+        elif WIDE.abs(WIDE.subtract(dx, dy)) > max(ABS_TOL, WIDE.multiply(REL_TOL, WIDE.abs(dy))):
             return False
     return True
 

@@ -208,7 +208,8 @@ def _rg_entry(generator: str, seed: int, index: int) -> tuple[Any, dict[str, Any
 
 
 class ReasoningGymVerifier(Verifier):
-    """reasoning-gym's ``score_answer`` on the rebuilt entry (see the module doc)."""
+    """reasoning-gym's ``score_answer`` on the rebuilt entry (see the module doc), binary: 1 only for
+    a full score (its partial credit, e.g. 0.01 for any wrong answer, is 0 here), 0 when it raises."""
 
     sft_domain = "math"
 
@@ -228,6 +229,14 @@ class ReasoningGymVerifier(Verifier):
             raise ValueError(f"row {row.get('uuid')!r}: rebuilt {gt['generator']}[{gt['index']}] has answer "
                              f"{entry['answer']!r}, ground truth {gt['answer']!r}")
         pred = last_boxed(answer) or extract_answer(answer) or answer.strip()
-        reward = float(ds.score_answer(pred, entry))
-        reward = min(1.0, max(0.0, reward))
-        return Verdict(reward, reward == 1.0, "score_answer", {"extracted": pred, "gold": gt["answer"]})
+        details = {"extracted": pred, "gold": gt["answer"]}
+        try:
+            score = float(ds.score_answer(pred, entry))
+        except Exception as exc:  # noqa: BLE001 (a generator's checker tripping over the answer is its 0)
+            return fail(f"score_answer refused the answer: {type(exc).__name__}: {exc}"[:300], **details)
+        # binary, as every RLVR reward here: generators give partial credit (0.01 for any wrong answer
+        # in the right format, 0.5 for a near miss) that a policy earns without solving the task
+        details["score_answer"] = score
+        if score < 1.0:
+            return fail(f"score_answer {score:g} < 1", **details)
+        return Verdict(1.0, True, "score_answer", details)

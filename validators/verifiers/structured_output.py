@@ -14,7 +14,10 @@ validation (``additionalProperties: false``, the strict structured-output conven
 vLLM), except inside ``allOf`` branches, where closing would reject the other branches' keys. So
 padding an object with every key that might be wanted earns nothing; ``metadata.allow_extra_keys:
 true`` validates against the schema as written. One answer only: a second JSON value after the
-first is not a single JSON value (reward 0). Strict JSON (``common.answers.strict_json``): ``NaN`` and
+first is not a single JSON value (reward 0). A skeleton is no answer: a schema-valid value with a
+string that holds no content (blank, a placeholder word such as ``"string"`` or ``"N/A"``, or its own
+key, :func:`placeholder`) scores 0, since the prompts ask for a realistic value (``metadata.
+allow_placeholders: true`` turns this off). Strict JSON (``common.answers.strict_json``): ``NaN`` and
 ``Infinity``, a duplicate key (Python would keep the last value), more than 64 levels of nesting or a
 number past Python's digit limit are no JSON value (reward 0).
 """
@@ -65,6 +68,43 @@ def closed(schema: Any, in_all_of: bool = False) -> Any:
     return out
 
 
+PLACEHOLDERS = frozenset({"", "string", "str", "text", "value", "example", "sample", "placeholder", "todo",
+                          "tbd", "n/a", "na", "none", "null", "unknown", "xxx", "...", "…", "-", "?", "lorem ipsum"})
+
+
+def _enumerated(schema: Any) -> frozenset[str]:
+    """Every string a schema names as an ``enum`` member or a ``const`` (an answer may be one of them)."""
+    found: set[str] = set()
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            found.update(v for v in node.get("enum", []) if isinstance(v, str))
+            if isinstance(node.get("const"), str):
+                found.add(node["const"])
+            todo += list(node.values())
+        elif isinstance(node, list):
+            todo += node
+    return frozenset(found)
+
+
+def placeholder(value: Any, path: str = "", allowed: frozenset[str] = frozenset()) -> tuple[str, str] | None:
+    """The first string in ``value`` that holds no content (``(json path, string)``), or None: blank,
+    a word of :data:`PLACEHOLDERS` (case and surrounding ``<>[]{}`` ignored), or its own key
+    (``{"city": "city"}``); strings in ``allowed`` (the schema's ``enum``/``const`` values) never are."""
+    if isinstance(value, str):
+        word = value.strip().strip("<>[]{}").strip().casefold()
+        key = path.rsplit("/", 1)[-1].casefold()
+        hollow = word in PLACEHOLDERS or (key and word == key)
+        return (path, value) if hollow and value not in allowed else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = placeholder(v, f"{path}/{k}" if path else str(k), allowed)
+        if found is not None:
+            return found
+    return None
+
+
 def _validator(schema: Any):
     from jsonschema.validators import validator_for
 
@@ -110,4 +150,8 @@ class StructuredOutputVerifier(Verifier):
         if errors:
             where = "/".join(map(str, errors[0].absolute_path)) or "<root>"
             return fail(f"schema violation at {where}: {errors[0].message}", n_errors=len(errors))
+        if not metadata(row).get("allow_placeholders"):
+            hollow = placeholder(value, allowed=_enumerated(schema))
+            if hollow is not None:
+                return fail(f"a skeleton, not an answer: {hollow[0] or '<root>'} is {hollow[1]!r}")
         return Verdict(1.0, True, "valid against the schema")

@@ -24,7 +24,9 @@ and ``,./-_*^``), lists element-wise, nested objects key by key (BFCL gives each
 acceptable values). Parallel calls: the predicted calls must match the expected ones one to one,
 in any order. Binary reward. Several answers: every call in the final answer counts, so calling
 every tool (or one tool many times) fails a row that expects fewer calls, and a row that expects
-no call (irrelevance) fails any call.
+no call (irrelevance) fails any call: a parsed one, or one of the row's tools written in another
+syntax (``name(...)``, ``<function=name>``, ``"name": "name"``); it pays a reply of at least
+``MIN_REPLY_WORDS`` words (an empty answer is not a refusal).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from validators.verifiers.registry import (
     ground_truth,
 )
 
+MIN_REPLY_WORDS = 3  # a row expecting no call pays a reply in words, not an empty answer
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n?```\s*$", re.S)
 
@@ -86,6 +89,20 @@ def parse_calls(answer: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str
             call = _one_call(item)
             (malformed.append(call) if isinstance(call, str) else calls.append(call))
     return calls, malformed
+
+
+def tool_names(row: dict[str, Any]) -> set[str]:
+    """The function names of the row's ``responses_create_params.tools`` (OpenAI or bare form)."""
+    params = row.get("responses_create_params") or {}
+    tools = params.get("tools", "[]")
+    tools = json.loads(tools) if isinstance(tools, str) else (tools or [])
+    return {(t.get("function") or t).get("name") for t in tools if isinstance(t, dict)}
+
+
+def _call_syntax(name: str) -> re.Pattern[str]:
+    """A call of tool ``name`` written any other way: ``name(``, ``<function=name``, ``"name": "name"``."""
+    n = re.escape(name)
+    return re.compile(rf"(?<![\w.]){n}\s*\(|<function\s*=\s*[\"']?{n}|[\"']name[\"']\s*:\s*[\"']{n}[\"']")
 
 
 def _std(s: str) -> str:
@@ -161,10 +178,7 @@ class ToolCallVerifier(Verifier):
         uid = row.get("uuid")
         if not isinstance(calls, list):
             raise ValueError(f"row {uid!r}: ground_truth.calls must be a list")
-        params = row.get("responses_create_params") or {}
-        tools = params.get("tools", "[]")
-        tools = json.loads(tools) if isinstance(tools, str) else (tools or [])
-        names = {(t.get("function") or t).get("name") for t in tools if isinstance(t, dict)}
+        names = tool_names(row)
         for i, call in enumerate(calls):
             if not (isinstance(call, dict) and len(call) == 1 and isinstance(next(iter(call.values())), dict)):
                 raise ValueError(f"row {uid!r}: ground_truth.calls[{i}] must be {{name: {{arg: [values]}}}}")
@@ -186,8 +200,15 @@ class ToolCallVerifier(Verifier):
         if malformed:
             return fail(f"malformed tool call: {malformed[0]}", **details)
         if not expected:
-            return Verdict(1.0, True, "no call, as expected", details) if not calls \
-                else fail(f"{len(calls)} call(s) where none was expected", **details)
+            if calls:
+                return fail(f"{len(calls)} call(s) where none was expected", **details)
+            if len(answer.split()) < MIN_REPLY_WORDS:
+                return fail(f"no reply: a row that expects no call expects an answer in words "
+                            f"(at least {MIN_REPLY_WORDS})", **details)
+            written = [n for n in tool_names(row) if n and _call_syntax(n).search(answer)]
+            if written:
+                return fail(f"a call of {written[0]!r} in another syntax where none was expected", **details)
+            return Verdict(1.0, True, "no call, as expected", details)
         if _perfect_matching(calls, expected):
             return Verdict(1.0, True, "calls match", details)
         return fail(f"{len(calls)} call(s) do not match the {len(expected)} expected", **details)
