@@ -542,8 +542,12 @@ def score(response: str, row: dict) -> dict:
         _, excluded = screen([response, GENRM_BENIGN])
         return {"reward": 0.0 if 0 in excluded else 1.0, "reason": excluded.get(0, "shown to the judge"),
                 "error": None}
-    from validators.verifiers import verify
+    from validators.verifiers import check_row, verify
 
+    try:  # what cascade build asks of a row before any policy trains on it
+        check_row(row)
+    except ValueError as exc:
+        return {"reward": 0.0, "reason": f"row refused at build: {exc}"[:300], "error": None, "refused": True}
     v = verify(response, row)
     return {"reward": v.reward, "reason": v.reason, "error": v.error}
 
@@ -607,7 +611,9 @@ class Runner:
 
 
 def outcome(res: dict) -> str:
-    """PAID | CRASHED | HUNG | DROPPED | ok (reward 0, a verdict)."""
+    """PAID | CRASHED | HUNG | DROPPED | ok (reward 0, a verdict) | refused (the row never enters a set)."""
+    if res.get("refused"):
+        return "refused"
     if res["status"] == "hung":
         return "HUNG"
     if res["status"] == "exception":

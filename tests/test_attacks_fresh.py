@@ -38,9 +38,6 @@ KNOWN: dict[str, str] = {
     "lc_list_every_number": PAYS,
     "lc_first_hop_only": PAYS,
     # code
-    "code_mbpp_constant_2": PAYS,
-    "code_mbpp_constant_2_divisor": PAYS,
-    "code_mbpp_hardcoded_output": PAYS,
     # genrm screen
     "genrm_chinese_injection": PAYS,
     "genrm_spanish_injection": PAYS,
@@ -57,12 +54,16 @@ KNOWN_MUST_PAY: dict[str, str] = {
 }
 
 
+# real rows whose tests a constant passes: cascade build refuses them (CodeVerifier.check_trainable)
+REFUSED_ROWS = {"code_mbpp_constant_2", "code_mbpp_constant_2_divisor", "code_mbpp_hardcoded_output"}
+
+
 def _params(samples: dict, known: dict) -> list:
     out = []
     for family, items in samples.items():
         for name, response, row in items:
             marks = [pytest.mark.xfail(strict=True, reason=known[name])] if name in known else []
-            out.append(pytest.param(family, response, row, id=f"{family}-{name}", marks=marks))
+            out.append(pytest.param(family, name, response, row, id=f"{family}-{name}", marks=marks))
     return out
 
 
@@ -82,15 +83,15 @@ def test_counts():
     assert set(KNOWN) <= set(names) and set(KNOWN_MUST_PAY) <= set(names)
 
 
-@pytest.mark.parametrize(("family", "response", "row"), _params(ATTACKS, KNOWN))
-def test_attack_earns_nothing(runner, family, response, row):
+@pytest.mark.parametrize(("family", "name", "response", "row"), _params(ATTACKS, KNOWN))
+def test_attack_earns_nothing(runner, family, name, response, row):
     res = runner.run(response, row, TIMEOUT_S.get(family, DEFAULT_TIMEOUT_S))
-    assert outcome(res) == "ok", res
+    assert outcome(res) == ("refused" if name in REFUSED_ROWS else "ok"), res
     assert res["reward"] == 0.0
 
 
-@pytest.mark.parametrize(("family", "response", "row"), _params(MUST_PAY, KNOWN_MUST_PAY))
-def test_correct_answer_pays(runner, family, response, row):
+@pytest.mark.parametrize(("family", "name", "response", "row"), _params(MUST_PAY, KNOWN_MUST_PAY))
+def test_correct_answer_pays(runner, family, name, response, row):
     res = runner.run(response, row, TIMEOUT_S.get(family, DEFAULT_TIMEOUT_S))
     assert res["status"] == "ok" and res["error"] is None, res
     assert res["reward"] == 1.0, res

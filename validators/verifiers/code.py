@@ -235,6 +235,29 @@ def check_spec(spec: Any) -> None:
                 raise ValueError(f"ground_truth.{where} is not valid Python: {exc}") from None
 
 
+def expected_values(spec: dict[str, Any]) -> list[str] | None:
+    """What each test of ``spec`` expects, as comparable text, or None when that cannot be read
+    statically (``check_candidate``, an assert that is not ``call == literal``)."""
+    if spec["mode"] == "function_call":
+        return [json.dumps(t.get("expected"), sort_keys=True) for t in spec["tests"]]
+    if spec["mode"] == "stdin_stdout":
+        return [" ".join(str(t.get("expected_stdout", "")).split()) for t in spec["tests"]]
+    if spec["mode"] != "assert":
+        return None
+    out = []
+    for test in spec["tests"]:
+        node = ast.parse(test).body[0] if test.strip() else None
+        if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)
+                and [type(op) for op in node.test.ops] == [ast.Eq]):
+            return None
+        left, right = node.test.left, node.test.comparators[0]
+        try:
+            out.append(repr(ast.literal_eval(left if isinstance(right, ast.Call) else right)))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+    return out
+
+
 class CodeVerifier(Verifier):
     """Sandboxed execution; reward 1 only if every test passes (see the module doc)."""
 
@@ -245,6 +268,18 @@ class CodeVerifier(Verifier):
             check_spec(ground_truth(row))
         except ValueError as exc:
             raise ValueError(f"row {row.get('uuid')!r}: {exc}") from None
+
+    def check_trainable(self, row: dict[str, Any]) -> None:
+        """The tests tell a solution from a constant: tests that all expect one value (MBPP's
+        ``hamming_Distance``: 2, 2, 2) pay ``return 2``.
+
+        Raises:
+            ValueError: naming the row.
+        """
+        expected = expected_values(ground_truth(row))
+        if expected is not None and len(set(expected)) < 2:
+            raise ValueError(f"row {row.get('uuid')!r}: every test expects {expected[0][:60] if expected else 'nothing'}: "
+                             f"a program answering that constant passes (tests must expect two values or more)")
 
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
         spec = ground_truth(row)

@@ -105,6 +105,11 @@ class Verifier:
         verifier's ground-truth contract (required keys and their types), declared here once and run
         by :func:`check_row` on every RL row before it enters a set (``cascade build``)."""
 
+    def check_trainable(self, row: dict[str, Any]) -> None:
+        """Raise ValueError (naming the row) when a valid row cannot train a policy because its reward
+        can be earned without the task (code tests that a constant passes). Run by :func:`check_row`
+        when a row enters an RL set, not at scoring (a held-out or hand-made row may still be graded)."""
+
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
         """Grade ``answer`` (the final answer, reasoning stripped) against ``row``."""
         raise NotImplementedError
@@ -170,6 +175,7 @@ def check_row(row: dict[str, Any]) -> None:
         row_field(row, name)
     try:
         verifier.check(row)
+        verifier.check_trainable(row)
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - a malformed value is the row's fault: reject it, do not crash
