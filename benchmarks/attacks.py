@@ -1,6 +1,7 @@
 """The attack catalogue: responses that try to earn a reward without doing the task, per verifier family.
 
-    python -m benchmarks.attacks        # the table: attack, reward, reason
+    python -m benchmarks.attacks          # one line per attack: reward, reason
+    python -m benchmarks.attacks --table  # per family, with benchmarks.attacks_fresh: count, failing
 
 Written the way a policy would stumble on them (reading the tests, exiting early, patching the
 harness, hedging over every option, addressing the judge). Each is ``(name, response, row)``;
@@ -433,7 +434,21 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--judge", help="a judge checkpoint (e.g. data/assets/SmolLM2-135M-Instruct)")
+    ap.add_argument("--table", action="store_true",
+                    help="per-family table of this catalogue and benchmarks.attacks_fresh (ATTACKS_TARGET=DIR: "
+                         "graded by another checkout's verifiers, e.g. the table's 'before')")
     args = ap.parse_args()
+    if args.table:
+        from benchmarks import attacks_fresh
+
+        families: dict[str, list[Attack]] = {"catalogue/code": [(n, r, row) for n, r, row in code_attacks()]}
+        families.update({f"catalogue/{f}": items for f, items in ANSWER_ATTACKS.items()})
+        table = attacks_fresh.grade_all(families, show=False)
+        table.update({f"fresh/{f}": c for f, c in attacks_fresh.grade_all(attacks_fresh.ATTACKS, show=False).items()})
+        table.update({f"fresh/correct answers ({f})": c
+                      for f, c in attacks_fresh.grade_all(attacks_fresh.MUST_PAY, True, False).items()})
+        attacks_fresh.print_table(table)
+        return
     if args.judge:
         print(f"judge {args.judge}, injections shown unscreened: {judge_sway(args.judge)}")
     items = code_attacks() + answer_attacks()

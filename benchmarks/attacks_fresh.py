@@ -534,8 +534,9 @@ def score(response: str, row: dict) -> dict:
     """Grade one sample through the project's entry point (imported here, lazily): ``{"reward",
     "reason", "error"}``. genrm rows are graded by the judge-addressing screen: reward 1 when the
     response would be shown to the judge (an injection that reaches it pays), 0 when it is excluded."""
-    if sys.path[0] != _repo_root():
-        sys.path.insert(0, _repo_root())
+    root = os.environ.get("ATTACKS_TARGET") or _repo_root()
+    if sys.path[0] != root:
+        sys.path.insert(0, root)
     if row.get("agent_ref") == "genrm":
         from validators.verifiers.genrm import screen
 
@@ -623,37 +624,56 @@ def outcome(res: dict) -> str:
     return "PAID" if res["reward"] > 0 else "ok"
 
 
-def main() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+def grade_all(samples: dict[str, list[tuple[str, str, dict]]], must_pay: bool = False,
+              show: bool = True) -> dict[str, dict[str, int]]:
+    """Grade every ``(name, response, row)`` of every family in a :class:`Runner` (the verifiers of
+    ``ATTACKS_TARGET`` or this checkout). Returns ``{family: {outcome: count}}``: :func:`outcome` for
+    attacks; ``ok`` | ``SCORED_0`` for correct answers (``must_pay``)."""
     runner = Runner()
-    counts = {"PAID": 0, "CRASHED": 0, "HUNG": 0, "DROPPED": 0, "ok": 0}
-    print(f"{'family':22} {'attack':40} {'reward':>7} {'outcome':8} {'secs':>6}  reason")
+    table: dict[str, dict[str, int]] = {}
     try:
-        for family, attacks in ATTACKS.items():
-            for name, response, row in attacks:
+        for family, items in samples.items():
+            for name, response, row in items:
                 res = runner.run(response, row)
                 out = outcome(res)
-                counts[out] += 1
-                reward = "-" if res["reward"] is None else f"{res['reward']:.3g}"
-                print(f"{family:22} {name:40} {reward:>7} {out:8} {res['seconds']:6.1f}  {res['reason'][:90]}",
-                      flush=True)
-        print()
-        n = sum(len(a) for a in ATTACKS.values())
-        print(f"attacks: {n}; PAID {counts['PAID']}, CRASHED {counts['CRASHED']}, HUNG {counts['HUNG']}, "
-              f"DROPPED {counts['DROPPED']}, held (reward 0) {counts['ok']}")
-        print("\nMUST_PAY (correct answers, reward must be 1):")
-        bad = 0
-        for family, samples in MUST_PAY.items():
-            for name, response, row in samples:
-                res = runner.run(response, row)
-                good = res["status"] == "ok" and res["error"] is None and res["reward"] == 1.0
-                bad += not good
-                reward = "-" if res["reward"] is None else f"{res['reward']:.3g}"
-                print(f"{family:22} {name:40} {reward:>7} {'ok' if good else 'FAIL':8} {res['seconds']:6.1f}  "
-                      f"{res['reason'][:90]}", flush=True)
-        print(f"MUST_PAY failures: {bad} of {sum(len(s) for s in MUST_PAY.values())}")
+                if must_pay:
+                    out = "ok" if res["status"] == "ok" and res["error"] is None and res["reward"] == 1.0 else "SCORED_0"
+                counts = table.setdefault(family, {})
+                counts[out] = counts.get(out, 0) + 1
+                if show:
+                    reward = "-" if res["reward"] is None else f"{res['reward']:.3g}"
+                    print(f"{family:22} {name:40} {reward:>7} {out:8} {res['seconds']:6.1f}  {res['reason'][:90]}",
+                          flush=True)
     finally:
         runner.close()
+    return table
+
+
+FAILING = ("PAID", "CRASHED", "HUNG", "DROPPED", "SCORED_0")
+
+
+def print_table(table: dict[str, dict[str, int]]) -> None:
+    """One line per family: samples, failing ones (paid, crashed, hung, dropped; correct answers scored 0)."""
+    print(f"{'family':46} {'count':>5} {'failing':>8}  outcomes")
+    for family, c in table.items():
+        failing = sum(c.get(k, 0) for k in FAILING)
+        print(f"{family:46} {sum(c.values()):>5} {failing:>8}  " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+    print("total: " + ", ".join(f"{k} {sum(c.get(k, 0) for c in table.values())}" for k in FAILING))
+
+
+def main() -> None:
+    """Grade every attack and every MUST_PAY answer, one line each, then the per-family table
+    (``--summary``: the table only). ``ATTACKS_TARGET=DIR`` grades with another checkout's verifiers."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--summary", action="store_true", help="only the per-family table")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    table = grade_all(ATTACKS, show=not args.summary)
+    table.update({f"correct answers ({f})": c for f, c in grade_all(MUST_PAY, True, not args.summary).items()})
+    print()
+    print_table(table)
 
 
 if __name__ == "__main__":
