@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,78 @@ def test_real_long_context_rows_honest_answer_scores_one_and_padding_does_not_pa
         assert verify(rf"\boxed{{{' '.join(gold)}}}", row).reward == 1.0
         padded = verify(", ".join(gold + ["QWERT", "1234567"]), row).reward
         assert padded == (0.0 if kind == "needle" else pytest.approx(3 / 5))
+
+
+# --- math: sizes bounded before math-verify / sympy, big integers graded exactly -------------------
+
+BIG = "".join(str((7 * k + 3) % 10) for k in range(6000))          # a 6000-digit integer
+
+
+def _timed(response: str, gold: str) -> tuple[float, float]:
+    from benchmarks.attacks import math_row
+
+    start = time.perf_counter()
+    reward = verify(response, math_row(gold)).reward
+    return reward, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def warm_math():
+    _timed(r"\boxed{2}", "2")                                          # imports math-verify / sympy once
+
+
+@pytest.mark.parametrize("response,gold,reward", [
+    (rf"\boxed{{{BIG}}}", BIG, 1.0),
+    (rf"So the count is {BIG}.", BIG, 1.0),
+    (rf"\boxed{{{BIG[:-1]}{(int(BIG[-1]) + 1) % 10}}}", BIG, 0.0),       # last digit off
+    (rf"\boxed{{{BIG[1:]}}}", BIG, 0.0),                               # one digit short
+    (r"\boxed{7}", BIG, 0.0),
+    (rf"\boxed{{{BIG}}}", "7", 0.0),
+    (r"\boxed{2^{20000}}", "2^{20000}", 1.0),
+    (r"\boxed{10^{10^{10}}}", "7", 0.0),                               # power towers
+    (r"\boxed{9^{9^{9^{9}}}}", "7", 0.0),
+    (r"\boxed{2^{2^{2^{2^{2}}}}}", "7", 0.0),
+    (r"\boxed{\sqrt{2}^{10^{9}}}", "7", 0.0),
+    (r"\boxed{2^{100000000}}", "7", 0.0),
+    (r"\boxed{1e999999999}", "7", 0.0),                                # e-notation past any decimal
+    (r"\boxed{1e-999999999}", "7", 0.0),
+    ("The answer is 1e99999999999999999999", "7", 0.0),
+    ("so 2**99999999", "7", 0.0),
+    (r"\boxed{(10^{6})!}", "7", 0.0),
+    (r"\boxed{\binom{100000}{50000}}", "7", 0.0),
+    (r"\boxed{(x+1)^{1000}}", "(x+1)^{999}", 0.0),
+    (r"\boxed{10^{10^{10}}}", "10^{10^{10}}", 1.0),                    # too big to evaluate: the same text only
+    (r"\boxed{1.5e400}", "1.5\\times 10^{400}", 1.0),
+    (r"\boxed{2^{-60}}", "2^{-60}", 1.0),
+])
+def test_math_grades_every_size_in_under_a_second(warm_math, response, gold, reward):
+    got, seconds = _timed(response, gold)
+    assert got == reward
+    assert seconds < 1.0, f"{seconds:.2f}s"
+
+
+def test_math_restores_the_int_digit_limit():
+    before = sys.get_int_max_str_digits()
+    _timed(rf"\boxed{{{BIG}}}", BIG)
+    assert sys.get_int_max_str_digits() == before
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("10^{10^{10}}", "power"), ("2**99999999", "power"), ("(x+1)^{1000}", "huge exponent"),
+    ("(10^{6})!", "factorial"), ("\\binom{100000}{50000}", "binomial"), ("7" * 10_001, "digits"),
+    ("2^{2023}", None), ("x^{2}+3x-4", None), ("\\left(\\frac{3}{4}\\right)^{2}", None), ("5!", None),
+    ("e^{i\\pi}", None), ("1.5\\times 10^{-18}", None), ("a^{n^{2}}", None), ("(x+1)^{99}", None),
+])
+def test_size_problem_flags_only_huge_work(text, problem):
+    from validators.verifiers.math import size_problem
+
+    found = size_problem(text)
+    assert (found is None) if problem is None else (problem in found)
+
+
+def test_real_math_golds_are_never_too_large_to_grade():
+    from validators.verifiers.math import size_problem
+
+    rows = [r for r in real_rows("math") if r["agent_ref"] == "math"]
+    assert rows
+    assert [g for r in rows if size_problem(g := json.loads(r["ground_truth"])["answer"])] == []
