@@ -21,6 +21,13 @@
   math-verify's ``signal.alarm`` timeouts are disabled (``parsing_timeout=None``,
   ``timeout_seconds=None``): they only work in a main thread; the batch runner's process-level
   wall clock bounds every call instead.
+* Size bound (:func:`size_problem`), checked on the gold and the prediction text before either is
+  parsed: numbers above :data:`MAX_DIGITS` digits (a literal, a power such as ``10^{10^{10}}`` or a
+  power tower, ``1e999999999`` once rewritten, ``2**99999999``, a factorial or binomial), and powers
+  of a non-numeric group above :data:`MAX_SYMBOLIC_EXPONENT` (``(x+1)^{1000}``) are never handed to
+  math-verify or sympy: such an answer equals only the identical text (spaces and ``$`` aside), so
+  every answer grades in well under a second. While grading, Python's int <-> str digit limit is
+  raised to :data:`INT_STR_DIGITS` (a 6000-digit gold is compared exactly) and restored after.
 * Conventions (math-verify 0.9's, checked in tests): ``3/4`` = ``0.75`` = ``\\dfrac{3}{4}``; the
   LaTeX mixed number ``3\\frac{1}{4}`` is 3 1/4 = 3.25 (competition-math reading, not 3 x 1/4);
   plain-text mixed numbers such as ``1 1/4`` are not supported; ``\\text{}`` and unit words are
