@@ -171,3 +171,13 @@ def test_real_math_golds_are_never_too_large_to_grade():
     rows = [r for r in real_rows("math") if r["agent_ref"] == "math"]
     assert rows
     assert [g for r in rows if size_problem(g := json.loads(r["ground_truth"])["answer"])] == []
+
+
+def test_real_rlhf_conversations_are_not_taken_for_injections():
+    """Every user and assistant turn of the real RLHF rows (no reference responses are stored):
+    none addresses the judge (measured: 0 of 2027; 0 of 64,047 SFT assistant turns too)."""
+    from validators.verifiers.genrm import addresses_judge
+
+    turns = [m["content"] or "" for r in real_rows("rlhf") for m in r["responses_create_params"]["input"]]
+    assert len(turns) > 1000
+    assert [t[:80] for t in turns if addresses_judge(t)] == []

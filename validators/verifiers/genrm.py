@@ -20,8 +20,11 @@ raises :class:`GenRMParseError`.
 What the judge sees (:func:`judge_view`): only a response's final answer, reasoning stripped as
 every verifier strips it (:func:`~validators.verifiers.registry.final_answer`). A response with an
 unclosed ``<think>`` has no final answer, and one whose final answer addresses the judge
-(:func:`addresses_judge`: "ignore the above", "rate this 5", "dear judge", the judge's own score
-markers) is never shown to the judge: both get the minimum reward 0, so a prompt injection can
+(:func:`addresses_judge`: "ignore the above instructions", "rate this response 5", "note to the
+evaluator", "this answer deserves full marks", the same in es/fr/de/pt/it/ru/zh/ja, the judge's own
+score sections and verdict tokens such as ``[[A>B]]``; read through :func:`normalize_view`, so
+homoglyphs, zero-width characters, leetspeak and s p a c e d letters do not hide them) is never
+shown to the judge: both get the minimum reward 0, so a prompt injection can
 only lose against the same response without it, whatever the judge would have said.
 
 Rewards (:func:`group_rewards`): each judged pair gives response 1 the score ``s1 + b`` and
