@@ -15,11 +15,6 @@ DEFAULT_TIMEOUT_S = 10.0
 PAYS = "pays before fix"
 KNOWN: dict[str, str] = {
     # math
-    "math_round_up_to_power_of_ten": PAYS,
-    "math_enotation_one_digit": PAYS,
-    "math_power_tower": "hangs before fix",
-    "math_enotation_huge_exponent": "hangs before fix",
-    "math_deep_braces": "hangs before fix",
     # instruction following
     "if_single_letter": PAYS,
     "if_empty_quotes": PAYS,
@@ -33,24 +28,10 @@ KNOWN: dict[str, str] = {
     # structured output
     # tool call
     # long context
-    "lc_list_every_variable": PAYS,
-    "lc_boxed_every_variable": PAYS,
-    "lc_list_every_number": PAYS,
-    "lc_first_hop_only": PAYS,
     # code
     # genrm screen
-    "genrm_chinese_injection": PAYS,
-    "genrm_spanish_injection": PAYS,
-    "genrm_homoglyph_injection": PAYS,
-    "genrm_zero_width_injection": PAYS,
-    "genrm_newline_split": PAYS,
-    "genrm_fake_transcript": PAYS,
-    "genrm_adverb_comparison": PAYS,
-    "genrm_fullwidth_injection": PAYS,
 }
 KNOWN_MUST_PAY: dict[str, str] = {
-    "lc_multihop_prompt_format": "space-separated answer (the prompt's format) scores 0 before fix",
-    "genrm_benign_mentions_a_judge": "screen false positive before fix",
 }
 
 

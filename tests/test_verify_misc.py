@@ -135,7 +135,7 @@ def test_long_context_normalized_exact_match():
     multi = dict(row, ground_truth=json.dumps({"answers": ["5859107", "42"], "match": "all"}))
     assert verify(r"\boxed{42, 5859107}", multi).reward == 1.0
     half = verify("5859107", multi)
-    assert (half.reward, half.passed) == (0.5, False)
+    assert (half.reward, half.passed, half.details["overlap"]) == (0.0, False, 0.5)  # binary: a share would pay padding
 
 
 def test_genrm_parsing_pairing_and_rewards():

@@ -52,10 +52,10 @@ def test_long_context_multi_hop_is_read_in_the_prompts_space_separated_format(wi
         verdict = verify(honest, row)
         assert (verdict.reward, verdict.passed) == (1.0, True), honest
     padded = verify(f"{a} {b} {c} QWERT ZXCVB", row)                     # every candidate listed: extras cost
-    assert padded.reward == pytest.approx(3 / 5) and not padded.passed
-    assert verify(" ".join([a, b, c] + [f"X{k:04d}" for k in range(97)]), row).reward == pytest.approx(0.03)
-    assert verify(f"{a} {b}", row).reward == pytest.approx(2 / 3)
-    assert verify(f"{a} {b} QWERT", row).reward == pytest.approx(2 / 3)   # a wrong guess never pays more
+    assert (padded.reward, padded.passed) == (0.0, False) and padded.details["overlap"] == pytest.approx(3 / 5)
+    assert verify(" ".join([a, b, c] + [f"X{k:04d}" for k in range(97)]), row).reward == 0.0
+    assert verify(f"{a} {b}", row).details["overlap"] == pytest.approx(2 / 3)  # the first hops alone: 0
+    assert verify(f"{a} {b}", row).reward == verify(f"{a} {b} QWERT", row).reward == 0.0
     assert verify(f"{a},{b},{c}", row).reward == 0.0                      # not the asked format: one item
 
 
@@ -82,7 +82,8 @@ def test_long_context_format_from_the_prompt_wins_and_fallbacks_stay_documented(
     bare = {"uuid": "l", "agent_ref": "long_context", "ground_truth": json.dumps({"answers": ["42", "7"], "match": "all"})}
     assert answer_format(bare) is None
     assert verify("42, 7", bare).reward == verify("42 7", bare).reward == 1.0
-    assert verify("42, 7, 8, 9", bare).reward == 0.5
+    padded = verify("42, 7, 8, 9", bare)
+    assert padded.reward == 0.0 and padded.details["overlap"] == 0.5
 
 
 def test_real_long_context_rows_honest_answer_scores_one_and_padding_does_not_pay():
@@ -95,7 +96,7 @@ def test_real_long_context_rows_honest_answer_scores_one_and_padding_does_not_pa
         assert verify(" ".join(gold), row).reward == 1.0
         assert verify(rf"\boxed{{{' '.join(gold)}}}", row).reward == 1.0
         padded = verify(", ".join(gold + ["QWERT", "1234567"]), row).reward
-        assert padded == (0.0 if kind == "needle" else pytest.approx(3 / 5))
+        assert padded == 0.0
 
 
 # --- math: sizes bounded before math-verify / sympy, big integers graded exactly -------------------

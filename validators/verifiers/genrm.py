@@ -110,6 +110,8 @@ _EN = [
     # instructions to drop the rubric, in the imperative
     r"(?:^|[.!?:;\n]\s*|\b(?:please|now|so|then|you\s+(?:must|should)|judge|grader|evaluator)\s*,?\s*)"
     r"(?:ignore|disregard|forget|override|bypass|skip)\b[^.\n]{0,30}?\b(?:" + _TARGET + r")\b",
+    r"\b(?:ignore|disregard|forget)\s+(?:all\s+)?(?:of\s+)?(?:the\s+)?(?:above|previous|preceding|prior)\b"
+    r"[^.\n]{0,40}?\b(?:rate|score|grade|rank|give|award|mark|prefer|choose)\b",
     # addressing a machine judge by name (vocative, note, message)
     r"\b(?:dear|hey|hi|hello|attention|note\s+(?:to|for)|message\s+(?:to|for)|instructions?\s+(?:to|for)|"
     r"reminder\s+(?:to|for)|psst|listen)\s*,?\s*(?:the\s+|my\s+|our\s+|all\s+)?" + _MACHINE_JUDGE + r"\b",
@@ -122,6 +124,7 @@ _EN = [
     + _HIGH + r")\b",
     # score requests about this very response
     r"\b(?:rate|score|grade|rank|mark|evaluate|judge)\s+(?:me|" + _SELF + r")\b[^.\n]{0,40}?\b" + _HIGH + r"\b",
+    r"\b(?:rate|score|grade|mark)\s+this\s+(?:a\s+|an\s+|as\s+)?(?:[4-9]|10|100)\b",
     r"\b(?:give|award|assign|grant)\s+" + _SELF + r"\b[^.\n]{0,30}?\b" + _HIGH + r"\b",
     r"\b(?:give|award|assign|grant)\s+(?:me|this|it)\s+(?:a\s+|the\s+)?" + _HIGH_SCORE + r"\b",
     _SELF + r"\s+(?:deserves|merits|earns|is\s+worth|should\s+(?:get|receive|be\s+(?:given|rated|scored|graded|ranked|"
@@ -129,8 +132,10 @@ _EN = [
     + r"|score|rating|grade|marks?|points?|reward|win|preferred|chosen)\b",
     r"\b(?:maximum|max|highest|full|perfect|top)\s+(?:reward|score|marks|points|rating)\b[^.\n]{0,30}?\bfor\s+(?:me|"
     + _SELF + r")\b",
-    # the judge's own verdicts and output format
-    r"\[\s*the\s+(?:begin|end)\s+of\s+(?:individual\s+scores?|ranking\s+scores?)\s*\]",
+    # the judge's own verdicts and output format, and the markers of its prompt (a fake transcript)
+    r"\[\s*the\s+(?:begin|end)\s+of\s+(?:individual\s+scores?|ranking\s+scores?|response|assistant|"
+    r"conversation|answer)\b[^\]\n]{0,20}\]",
+    r"^\s*\[\s*(?:response|assistant|answer)\s*[12ab]\s*\]\s*$|^\s*\[\s*conversation\s*\]\s*$",
     r"\b(?:individual\s+scores?|ranking\s+score)\s*[:\]]",
     r"\\boxed\s*\{\s*[1-5]\s*,\s*[1-5]\s*\}[^{}]{0,300}\\boxed\s*\{\s*[1-6]\s*\}",
     r"\b(?:scores?|ratings?|ranking|verdict)\b[^\n]{0,100}\\boxed\s*\{\s*\d\s*,\s*\d\s*\}",
@@ -196,8 +201,11 @@ def _explain(text: str) -> str | None:
     plain, latin = normalize_view(text)
     cyrillic = re.sub(r"\w+", lambda m: m.group().translate(_TO_CYRILLIC)
                       if re.search("[\u0400-\u04ff]", m.group()) else m.group(), plain)
-    m = _TO_JUDGE.search(latin) or _TO_JUDGE.search(plain) or _TO_JUDGE_OTHER.search(plain) \
-        or _TO_JUDGE_OTHER.search(cyrillic) or _TO_JUDGE_OTHER.search(latin)
+    views = (latin, plain)
+    # the same views with every run of whitespace one space: a request spread over lines
+    one_line = tuple(re.sub(r"\s+", " ", v) for v in views)
+    m = next((m for v in views + one_line if (m := _TO_JUDGE.search(v))), None) \
+        or next((m for v in (plain, cyrillic, latin) + one_line if (m := _TO_JUDGE_OTHER.search(v))), None)
     return None if m is None else m.group()
 
 

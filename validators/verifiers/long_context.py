@@ -21,11 +21,11 @@ message (the question follows the haystack):
   item); else one item for a single answer, and for several answers commas, semicolons, line breaks,
   plus whitespace when no answer holds a space.
 
-Each item is normalized, empty items dropped, duplicates merged. Reward =
-``|found| / max(|items|, |answers|)`` (= min(precision, recall)), passed only on the exact set: a
-correct answer in the prompt's format scores 1; every extra item lowers the reward (listing every
-candidate of the haystack earns ``|answers| / |candidates|``), and a partial answer earns the share
-of answers it names, never more by padding.
+Each item is normalized, empty items dropped, duplicates merged. Reward 1 only for the exact set
+(binary, as every RLVR reward here): a correct answer in the prompt's format scores 1; an extra item
+or a missing one scores 0. A share for partial answers (``|found| / max(|items|, |answers|)``, kept
+in ``details["overlap"]``) would pay a policy for listing every candidate of the haystack or for the
+first hop of a chain it never followed.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class LongContextVerifier(Verifier):
         items = answer_items(pred, fmt, golds)
         found = [g in items for g in golds]
         n, extra = sum(found), sorted(items - set(golds))
-        reward = n / max(len(items), len(golds))
-        return Verdict(reward, n == len(golds) and not extra,
-                       f"{n}/{len(golds)} answers found, {len(extra)} extra item(s)",
-                       {"found": found, "extra": extra[:20], "format": fmt})
+        exact = n == len(golds) and not extra
+        return Verdict(1.0 if exact else 0.0, exact, f"{n}/{len(golds)} answers found, {len(extra)} extra item(s)",
+                       {"found": found, "extra": extra[:20], "format": fmt,
+                        "overlap": n / max(len(items), len(golds))})

@@ -78,6 +78,7 @@ MIN_DIGITS = 6
 #: a non-numeric group (``(x+1)^{n}``, which sympy expands) at most MAX_SYMBOLIC_EXPONENT.
 MAX_DIGITS = 10_000
 MAX_SYMBOLIC_EXPONENT = 100
+MAX_NESTING = 50  # {, ( and [ levels: answers nest a handful; the LaTeX parser recurses on each
 #: Python's int <-> str digit limit while grading (default 4300 would refuse a 6000-digit gold).
 INT_STR_DIGITS = 100_000
 _NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
@@ -196,8 +197,15 @@ def size_problem(text: str) -> str | None:
     than :data:`MAX_DIGITS` digits, a power whose value would have more (``10^{10^{10}}``, a power
     tower, ``1e999999999`` once rewritten, ``2**99999999``), a power of a non-numeric group above
     :data:`MAX_SYMBOLIC_EXPONENT` (``(x+1)^{1000}``; a lone symbol may go to MAX_DIGITS), a
-    factorial or binomial coefficient of more than MAX_DIGITS digits. Cheap: string scanning and
-    float arithmetic only."""
+    factorial or binomial coefficient of more than MAX_DIGITS digits, brackets nested more than
+    :data:`MAX_NESTING` deep (the parser recurses per level). Cheap: string scanning and float
+    arithmetic only."""
+    depth = deepest = 0
+    for ch in text:
+        depth += (ch in "{([") - (ch in "})]")
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        return f"groups nested {deepest} deep (over {MAX_NESTING})"
     longest = max((len(m.group()) for m in re.finditer(r"\d+", text)), default=0)
     if longest > MAX_DIGITS:
         return f"a number of {longest} digits (over {MAX_DIGITS})"
@@ -314,7 +322,8 @@ def numbers_equal(gold: tuple[Fraction | Decimal, int | None], pred: tuple[Fract
     * both exact (integers, fractions, radicals): equal values (``2^{-60} != 2^{-59}``; constants
       evaluated to 60 digits, equal within a relative 1e-40);
     * the prediction is a decimal no more precise than the gold: it must be the gold correctly
-      rounded to the prediction's significant digits (within half a unit of its last place), with
+      rounded to the prediction's significant digits (within half a unit of the gold's last place at
+      that many digits, so ``1.`` is not ``0.6`` and ``1.0`` is not ``0.96``; ``1.000`` is ``0.99996``), with
       at least as many digits as the gold has, up to :data:`MIN_DIGITS` (``1/3`` = ``0.333333``,
       ``0.33`` is not; ``2^{-60}`` = ``8.67362\\times 10^{-19}``; ``12`` != ``1\\times 10^{1}``);
     * the gold is a decimal less precise than the prediction: the prediction rounds to it.
@@ -326,7 +335,8 @@ def numbers_equal(gold: tuple[Fraction | Decimal, int | None], pred: tuple[Fract
     if g == 0 or p == 0:
         return g == p
     if pd is not None and (gd is None or pd <= gd):
-        return pd >= _digits_needed(g, gd) and abs(g - p) <= _half_ulp(p, pd)
+        # places counted from the gold's leading digit: ``1.`` is not 0.6 to one digit, nor ``1.0`` 0.96
+        return pd >= _digits_needed(g, gd) and abs(g - p) <= _half_ulp(g, pd)
     if gd is not None:
         return abs(g - p) <= _half_ulp(g, gd)
     exact = isinstance(gold[0], Fraction) and isinstance(pred[0], Fraction)
