@@ -128,7 +128,12 @@ def test_the_compared_run_removed_real_duplicates_and_contamination(runs):
 def test_the_compared_run_built_tokenized_and_exported_real_rows(runs):
     build = json.loads((runs["ray"] / "metrics/build.json").read_text())
     assert build["sets"]["sft"] == {"train": 360, "validation": 40}  # 2 sources capped at 200, a tenth held out
-    assert build["rejected_by_reason"] == {"mix_cap": build["rows_rejected"]} and build["rows_rejected"] > 0
+    # the real rows that break their verifier's contract: MBPP tasks whose tests all expect one value,
+    # BFCL calls with an argument that no value can match (curation/build.py)
+    contract = build["rejected_by_reason"]["verifier_contract"]
+    assert contract == sum(build["contract_rejects_by_verifier"].values()) == 3
+    assert set(build["contract_rejects_by_verifier"]) <= {"code", "tool_call"}
+    assert build["rejected_by_reason"] == {"mix_cap": build["rows_rejected"] - contract, "verifier_contract": contract}
     assert build["mixes"]["reduced"]["math"]["wanted"] == 180 and build["mixes"]["reduced"]["code"]["wanted"] == 120
     tok = json.loads((runs["ray"] / "metrics/tokenize.json").read_text())
     assert tok["rows_in"] == 400 and tok["overflow_stats"]["truncated_rows"] > 0
