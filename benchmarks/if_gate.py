@@ -55,7 +55,7 @@ def _cached() -> dict[str, str]:
     return out
 
 
-def greedy_answers(rows: list[dict], batch_size: int = 24, generate: bool = True) -> dict[str, str]:
+def greedy_answers(rows: list[dict], batch_size: int = 12, generate: bool = True) -> dict[str, str]:
     """Greedy answers of SmolLM2-135M-Instruct (fp32, ``MAX_NEW_TOKENS``), cached by uuid in
     ``.cache/if_gate/greedy.jsonl`` (gitignored): a rerun generates only the missing rows."""
     done = _cached()
@@ -71,8 +71,12 @@ def greedy_answers(rows: list[dict], batch_size: int = 24, generate: bool = True
     model, tok = load_checkpoint(ASSET)
     model.eval()
     builder = PromptBuilder(tok, max_prompt_tokens=4096)
-    prompts = [(r["uuid"], builder(r)) for r in todo]
-    prompts.sort(key=lambda p: len(p[1]))
+    # random order (so that a run cut short leaves an unbiased sample of every split), sorted by length
+    # inside each batch (less padding)
+    random.Random(SEED).shuffle(todo)
+    prompts = []
+    for b in range(0, len(todo), batch_size):
+        prompts += sorted(((r["uuid"], builder(r)) for r in todo[b:b + batch_size]), key=lambda p: len(p[1]))
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     t0, n_tok = time.time(), 0
@@ -208,12 +212,11 @@ def build_degenerate(row: dict[str, Any], body: list[str], n_sent: int, head: st
 
 def salad(question: str, n: int = 6) -> list[str]:
     """Off-topic sentences each carrying content words of the question (the "keyword salad" attack)."""
-    import re
-
     from validators.verifiers.ifbench import STOP_WORDS
     from validators.verifiers.ifeval import CHAT_WORDS
+    from validators.verifiers.ifeval import words as split_words
 
-    words = [w for w in dict.fromkeys(re.findall(r"[a-z0-9]+", question.lower()))
+    words = [w for w in dict.fromkeys(split_words(question))
              if len(w) >= 3 and w not in STOP_WORDS and w not in CHAT_WORDS] or ["thing"]
     return [f"{FILLER[i % len(FILLER)][:-1]} near the {words[i % len(words)]} and the "
             f"{words[(i + 1) % len(words)]}." for i in range(n)]
