@@ -67,7 +67,7 @@ def greedy_answers(rows: list[dict], batch_size: int = 12, generate: bool = True
     from stages.checkpoints import load_checkpoint
     from stages.environment import PromptBuilder
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # the machine is shared: 2 threads stall at every barrier under load
     model, tok = load_checkpoint(ASSET)
     model.eval()
     builder = PromptBuilder(tok, max_prompt_tokens=4096)

@@ -127,3 +127,16 @@ def test_rows_without_a_request_are_not_gated():
            "kwargs": "[{}]", "metadata": "{}"}
     verdict = verify("ok", row)
     assert verdict.reward == 1.0 and verdict.details["gate"]["reason"] == "no request: not gated"
+
+
+def test_imposed_language_keeps_only_the_length_floor():
+    ids, kwargs = ["language:response_language"], [{"language": "de"}]
+    row = real_row("show me syntax of change master to replication",
+                   "Your ENTIRE response should be in German language, no other language is allowed.", ids, kwargs)
+    german = ("Der Befehl braucht die Angaben des Quellservers: Host und Benutzer und Passwort und Logdatei. "
+              "Danach startet man auf dem zweiten Server das Kopieren der Daten.")
+    verdict = verify(german, row)
+    assert verdict.reward == 1.0 and verdict.details["gate"]["shared"] == []
+    no_comma = dict(row, instruction_id_list=["punctuation:no_comma"], kwargs="[{}]")
+    assert UNGATED.verify(german, no_comma).reward == 1.0 and verify(german, no_comma).reward == 0.0
+    assert verify("Ja, gut.", row).reward == 0.0  # too short to answer anything

@@ -443,7 +443,8 @@ class RelevanceGate:
       request's stems when the request has few.
 
     A row whose request has no content word, or no request at all, is not gated (nothing to check
-    relevance against). Attributes are the thresholds chosen on train rows (module doc); ``enabled``
+    relevance against); a row that imposes the answer's language (``language:response_language``)
+    keeps the length floor only. Attributes are the thresholds chosen on train rows (module doc); ``enabled``
     False restores the ungated reward. A row overrides per key with ``metadata.relevance_gate``
     (``false``, or an object such as ``{"min_shared": 1}``).
     """
@@ -488,6 +489,8 @@ class RelevanceGate:
             if iid == "length_constraints:number_words" and kw.get("relation") == "less than":
                 floor = min(floor, int(kw["num_words"]) // 2)
         need = min(self.min_shared, max(1, round(self.min_share * len(req_stems))))
+        if any(iid == "language:response_language" for iid, _ in _row_specs(row)):
+            need = 0  # the answer's language is imposed: no shared words to expect from a translation
         details = {"words": n_words, "min_words": floor, "shared": shared, "need_shared": need}
         if n_words < floor:
             return False, f"relevance gate: {n_words} words of its own < {floor}", details
