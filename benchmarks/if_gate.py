@@ -1,8 +1,29 @@
 """The instruction-following relevance gate, measured on the real IF rows (issue #33).
 
-    python -m benchmarks.if_gate [--rows N] [--tune-rows N] [--no-generate]
+    python -m benchmarks.if_gate [--rows 200] [--tune-rows 100] [--no-generate] [--grid]
 
-PLACEHOLDER: the full doc is written below once the numbers are in.
+Rows: ``data/sets/rl/instruction_following`` (this checkout's ``data/``, else ``/work/main/data``).
+The train split is shuffled with seed 0: its first ``--tune-rows`` are the rows the gate's thresholds
+were chosen on (``--grid`` prints that search); the report rows are every validation row (64) then
+the next train rows of the shuffle (never tuned on), ``--rows`` in all.
+
+Per row, ungated (``RelevanceGate(enabled=False)``, the old reward) and gated (the default gate):
+
+* ``ok``: the constant reply;
+* constraint-only texts, built from the row's ``instruction_id_list``/``kwargs`` alone by
+  :func:`build_degenerate` at 8 lengths (the attacker keeps any that pays): ``offtopic`` (garden
+  sentences), ``boilerplate`` (generic "here is a helpful answer" sentences), ``echo+offtopic`` (the
+  question copied verbatim, then garden sentences); "best of 3": any of the three pays;
+* ``keyword_salad``: garden sentences carrying the question's content words: the attack a lexical
+  gate cannot see (reported, not claimed);
+* honest: the greedy answer of SmolLM2-135M-Instruct (fp32, chat template of the RL stages,
+  ``max_new_tokens`` 256), cached in ``.cache/if_gate/greedy.jsonl`` (gitignored; a rerun generates
+  only what is missing, ``--no-generate`` uses the cached rows only). ``honest_paid``: paid without
+  the gate; ``honest_lost``: of those, zeroed by the gate; ``honest_gated``: every honest answer the
+  gate refuses.
+
+Rates are printed with 95% Wilson intervals. The measured numbers are in the module doc of
+:mod:`validators.verifiers.ifeval`.
 """
 
 from __future__ import annotations
@@ -55,7 +76,7 @@ def _cached() -> dict[str, str]:
     return out
 
 
-def greedy_answers(rows: list[dict], batch_size: int = 12, generate: bool = True) -> dict[str, str]:
+def greedy_answers(rows: list[dict], batch_size: int = 8, generate: bool = True) -> dict[str, str]:
     """Greedy answers of SmolLM2-135M-Instruct (fp32, ``MAX_NEW_TOKENS``), cached by uuid in
     ``.cache/if_gate/greedy.jsonl`` (gitignored): a rerun generates only the missing rows."""
     done = _cached()
@@ -71,12 +92,12 @@ def greedy_answers(rows: list[dict], batch_size: int = 12, generate: bool = True
     model, tok = load_checkpoint(ASSET)
     model.eval()
     builder = PromptBuilder(tok, max_prompt_tokens=4096)
-    # random order (so that a run cut short leaves an unbiased sample of every split), sorted by length
-    # inside each batch (less padding)
-    random.Random(SEED).shuffle(todo)
-    prompts = []
-    for b in range(0, len(todo), batch_size):
-        prompts += sorted(((r["uuid"], builder(r)) for r in todo[b:b + batch_size]), key=lambda p: len(p[1]))
+    # batches of prompts of similar length (little padding), run in random order (a run cut short
+    # leaves a sample of every split and every prompt length)
+    ranked = sorted(((r["uuid"], builder(r)) for r in todo), key=lambda p: len(p[1]))
+    batches = [ranked[b:b + batch_size] for b in range(0, len(ranked), batch_size)]
+    random.Random(SEED).shuffle(batches)
+    prompts = [p for batch in batches for p in batch]
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     t0, n_tok = time.time(), 0
@@ -314,9 +335,9 @@ def grid(scored: list[dict[str, Any]]) -> None:
     from validators.verifiers.ifeval import RelevanceGate
 
     print("min_words min_shared min_share copy_run | constraint-only paid | honest lost/paid | honest gated")
-    for mw in (5, 8, 10, 15, 20):
-        for ms in (1, 2, 3, 4):
-            for share in (0.34, 0.5, 1.0):
+    for mw in (5, 10, 15, 20):
+        for ms in (1, 2, 3):
+            for share in (0.5, 1.0):
                 for run in (0, 5, 8):
                     m = measure(scored, RelevanceGate(min_words=mw, min_shared=ms, min_share=share, copy_run=run))
                     d, hl, hg = m["constraint-only, best of 3 (gated)"], m.get("honest_lost", (0, 0)), \

@@ -24,6 +24,40 @@ offline. Differences, by design:
   (the reference accepts a response that lists all three), and an empty final answer follows no
   instruction (it would satisfy "no commas", "all lowercase", "fewer than N words" without
   answering anything).
+
+Relevance gate (issue #33; :class:`RelevanceGate`, default ON). Constraints alone pay text that
+ignores the request: on the real IF rows the constant reply "ok" was paid on 10.5% of rows and
+constraint-only text (built from a row's instructions, unrelated to its question) on 97.5%. A paid
+answer must also address the request, checked cheaply and deterministically: after removing every
+run of ``copy_run`` (5) or more words copied from the request (an echo is not an answer), it needs
+``min_words`` (5) words and must share ``min(min_shared, max(1, round(min_share * n)))`` = min(3,
+half of the request's n content stems) distinct content stems with the request (``metadata.question``,
+else the last user turn; stop words and chat words removed, a crude suffix-strip + 5-character stem,
+CJK as character bigrams). A gated-out answer gets 0 and the reason ``"relevance gate: ..."``; rows
+without a request, or whose request has no content word, are not gated; an imposed response
+language keeps the length floor only. Off: ``InstructionFollowingVerifier(RelevanceGate(enabled=False))``
+or per row ``metadata.relevance_gate: false`` (or an object of overrides).
+
+Thresholds were chosen on 100 train rows (``python -m benchmarks.if_gate --grid``; the grid point
+maximising "degenerate stopped minus paid honest answers lost": min_shared 1: 39% degenerate still
+paid / 4 of 24 honest lost; 2: 15% / 10 of 24; 3: 8% / 10 of 24). Report rows (64 validation + 136
+held-out train; 190 with a greedy answer of SmolLM2-135M-Instruct, 256 tokens), rate [95% Wilson]::
+
+    paid (reward > 0)                      ungated                     gated (default)
+    "ok"                                   21/200 10.5% [7.0, 15.5]    0/200 0.0% [0.0, 1.9]
+    constraint-only, best of 3 variants    195/200 97.5% [94.3, 98.9]  10/200 5.0% [2.7, 9.0]
+      off-topic / boilerplate / echo       96.5 / 97.0 / 92.0%         0.5 / 4.5 / 0.0%
+    keyword salad (question words)         191/200 95.5%               183/200 91.5% [86.8, 94.6]
+    honest greedy answers paid             41/190 21.6%                19/190
+    honest paid answers zeroed by the gate                             22/41 53.7% [38.7, 67.9]
+
+Of those 22, 16 are refused at min_shared=1 too and are non-answers ("I'm ready to help. What's your
+query?", "* This is point 1." x6, "S", placeholder or token loops, an unrelated story); about 5 are
+weak but on-topic attempts (shared 1-2 stems): that is the price of the default. ``min_shared=1``
+on the same report rows: constraint-only 38.0% [31.6, 44.9] still paid, honest lost 16/41 (39.0%).
+Not stopped: keyword salad (off-topic sentences carrying the question's words) passes any lexical
+gate; stopping it needs a judge or a preference signal combined with the verifiable reward
+(IF-RLVR), not this gate.
 """
 
 from __future__ import annotations
@@ -415,12 +449,14 @@ def content_stems(text: str, size: int = 5) -> set[str]:
 
 def strip_copies(answer: str, request: str, run: int) -> str:
     """``answer`` (as its :func:`words`) without every run of ``run`` or more consecutive words
-    copied from ``request``: an echo of the prompt neither addresses nor lengthens an answer (a
-    required repeat, ``combination:repeat_prompt``, is cut the same way). ``run`` 0: nothing cut."""
+    copied from ``request`` (a request shorter than ``run`` words: copied whole, 2 words at least): an
+    echo of the prompt neither addresses nor lengthens an answer (a required repeat,
+    ``combination:repeat_prompt``, is cut the same way). ``run`` 0: nothing cut."""
     ans = words(answer)
     if run <= 0:
         return " ".join(ans)
     req = words(request)
+    run = max(2, min(run, len(req)))  # a short request copied whole is an echo too
     grams = {tuple(req[i:i + run]) for i in range(len(req) - run + 1)}
     copied = [False] * len(ans)
     for i in range(len(ans) - run + 1):
@@ -450,10 +486,10 @@ class RelevanceGate:
     """
 
     enabled: bool = True
-    min_words: int = 15
-    min_shared: int = 2
+    min_words: int = 5
+    min_shared: int = 3
     min_share: float = 0.5
-    copy_run: int = 6
+    copy_run: int = 5
     stem: int = 5
 
     def for_row(self, row: dict[str, Any]) -> RelevanceGate:
