@@ -24,6 +24,40 @@ offline. Differences, by design:
   (the reference accepts a response that lists all three), and an empty final answer follows no
   instruction (it would satisfy "no commas", "all lowercase", "fewer than N words" without
   answering anything).
+
+Relevance gate (issue #33; :class:`RelevanceGate`, default ON). Constraints alone pay text that
+ignores the request: on the real IF rows the constant reply "ok" was paid on 10.5% of rows and
+constraint-only text (built from a row's instructions, unrelated to its question) on 97.5%. A paid
+answer must also address the request, checked cheaply and deterministically: after removing every
+run of ``copy_run`` (5) or more words copied from the request (an echo is not an answer), it needs
+``min_words`` (5) words and must share ``min(min_shared, max(1, round(min_share * n)))`` = min(3,
+half of the request's n content stems) distinct content stems with the request (``metadata.question``,
+else the last user turn; stop words and chat words removed, a crude suffix-strip + 5-character stem,
+CJK as character bigrams). A gated-out answer gets 0 and the reason ``"relevance gate: ..."``; rows
+without a request, or whose request has no content word, are not gated; an imposed response
+language keeps the length floor only. Off: ``InstructionFollowingVerifier(RelevanceGate(enabled=False))``
+or per row ``metadata.relevance_gate: false`` (or an object of overrides).
+
+Thresholds were chosen on 100 train rows (``python -m benchmarks.if_gate --grid``; the grid point
+maximising "degenerate stopped minus paid honest answers lost": min_shared 1: 39% degenerate still
+paid / 4 of 24 honest lost; 2: 15% / 10 of 24; 3: 8% / 10 of 24). Report rows (64 validation + 136
+held-out train; 190 with a greedy answer of SmolLM2-135M-Instruct, 256 tokens), rate [95% Wilson]::
+
+    paid (reward > 0)                      ungated                     gated (default)
+    "ok"                                   21/200 10.5% [7.0, 15.5]    0/200 0.0% [0.0, 1.9]
+    constraint-only, best of 3 variants    195/200 97.5% [94.3, 98.9]  10/200 5.0% [2.7, 9.0]
+      off-topic / boilerplate / echo       96.5 / 97.0 / 92.0%         0.5 / 4.5 / 0.0%
+    keyword salad (question words)         191/200 95.5%               183/200 91.5% [86.8, 94.6]
+    honest greedy answers paid             41/190 21.6%                19/190
+    honest paid answers zeroed by the gate                             22/41 53.7% [38.7, 67.9]
+
+Of those 22, 16 are refused at min_shared=1 too and are non-answers ("I'm ready to help. What's your
+query?", "* This is point 1." x6, "S", placeholder or token loops, an unrelated story); about 5 are
+weak but on-topic attempts (shared 1-2 stems): that is the price of the default. ``min_shared=1``
+on the same report rows: constraint-only 38.0% [31.6, 44.9] still paid, honest lost 16/41 (39.0%).
+Not stopped: keyword salad (off-topic sentences carrying the question's words) passes any lexical
+gate; stopping it needs a judge or a preference signal combined with the verifiable reward
+(IF-RLVR), not this gate.
 """
 
 from __future__ import annotations
@@ -32,7 +66,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from common.answers import row_json
@@ -366,10 +400,167 @@ def _row_specs(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(iid, kw or {}) for iid, kw in zip(ids, kwargs)]
 
 
+# ------------------------------------------------------------------ relevance gate (issue #33)
+#: Words that carry no topic, beside :data:`validators.verifiers.ifbench.STOP_WORDS`: chat
+#: politeness and request verbs ("can you please help me write..."), so that an answer cannot share
+#: them with any request.
+CHAT_WORDS = frozenset(
+    "please thanks thank hello hey can could would will shall may might must need want like know "
+    "help tell give show make write get let use using also just really much many one two three "
+    "something anything thing things way ways sure yes okay answer question response text following "
+    "say said see look think new good well make made take".split())
+_WORD = re.compile(r"[^\W_]+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ied", "ed", "es", "er", "ly", "s", "e")
+
+
+def words(text: str) -> list[str]:
+    """Lowercase word runs of ``text`` (letters and digits of any script; ``_``, ``-`` and
+    punctuation split); a run of CJK/kana/hangul characters gives its character bigrams (those
+    scripts put no space between words)."""
+    out = []
+    for w in _WORD.findall(text.lower()):
+        if _CJK.search(w) and len(w) > 1:
+            out += [w[i:i + 2] for i in range(len(w) - 1)]
+        else:
+            out.append(w)
+    return out
+
+
+def stem(word: str, size: int = 5) -> str:
+    """Crude stem: one common English suffix dropped (when 3 letters remain), then the first ``size``
+    characters ("caching"/"cache" -> "cach", "layers"/"layer" -> "layer")."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[:-len(suffix)]
+            break
+    return word[:size]
+
+
+def content_stems(text: str, size: int = 5) -> set[str]:
+    """Distinct content stems of ``text``: :func:`words` of at least 3 characters (CJK bigrams
+    kept), stop words (:data:`~validators.verifiers.ifbench.STOP_WORDS`) and :data:`CHAT_WORDS`
+    removed, each cut by :func:`stem`."""
+    from validators.verifiers.ifbench import STOP_WORDS
+
+    return {stem(w, size) for w in words(text)
+            if (len(w) >= 3 or _CJK.search(w)) and w not in STOP_WORDS and w not in CHAT_WORDS}
+
+
+def strip_copies(answer: str, request: str, run: int) -> str:
+    """``answer`` (as its :func:`words`) without every run of ``run`` or more consecutive words
+    copied from ``request`` (a request shorter than ``run`` words: copied whole, 2 words at least): an
+    echo of the prompt neither addresses nor lengthens an answer (a required repeat,
+    ``combination:repeat_prompt``, is cut the same way). ``run`` 0: nothing cut."""
+    ans = words(answer)
+    if run <= 0:
+        return " ".join(ans)
+    req = words(request)
+    run = max(2, min(run, len(req)))  # a short request copied whole is an echo too
+    grams = {tuple(req[i:i + run]) for i in range(len(req) - run + 1)}
+    copied = [False] * len(ans)
+    for i in range(len(ans) - run + 1):
+        if tuple(ans[i:i + run]) in grams:
+            copied[i:i + run] = [True] * run
+    return " ".join(w for w, c in zip(ans, copied) if not c)
+
+
+@dataclass(frozen=True)
+class RelevanceGate:
+    """A minimum response that addresses the request: the gate that stops a constant reply ("ok")
+    or constraint-only text unrelated to the request from being paid (module doc, issue #33).
+
+    An answer passes when, after :func:`strip_copies` removed what it copied from the request:
+
+    * it has at least ``min_words`` words (:func:`words`; lowered to half the cap when the row asks
+      for fewer words than that, ``length_constraints:number_words`` "less than"), and
+    * it shares at least ``min_shared`` distinct :func:`content_stems` with the request (the
+      question, ``metadata.question``, else the last user turn), or at least ``min_share`` of the
+      request's stems when the request has few.
+
+    A row whose request has no content word, or no request at all, is not gated (nothing to check
+    relevance against); a row that imposes the answer's language (``language:response_language``)
+    keeps the length floor only. Attributes are the thresholds chosen on train rows (module doc); ``enabled``
+    False restores the ungated reward. A row overrides per key with ``metadata.relevance_gate``
+    (``false``, or an object such as ``{"min_shared": 1}``).
+    """
+
+    enabled: bool = True
+    min_words: int = 5
+    min_shared: int = 3
+    min_share: float = 0.5
+    copy_run: int = 5
+    stem: int = 5
+
+    def for_row(self, row: dict[str, Any]) -> RelevanceGate:
+        """This gate with the row's ``metadata.relevance_gate`` overrides applied.
+
+        Raises:
+            ValueError: an override that is neither a bool nor an object of known keys.
+        """
+        override = metadata(row).get("relevance_gate")
+        if override is None:
+            return self
+        if isinstance(override, bool):
+            return replace(self, enabled=override)
+        names = {f.name for f in fields(self)}
+        if not isinstance(override, dict) or set(override) - names:
+            raise ValueError(f"row {row.get('uuid')!r}: metadata.relevance_gate must be a bool or an object "
+                             f"with keys among {sorted(names)}, got {override!r}")
+        return replace(self, **override)
+
+    def check(self, answer: str, row: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
+        """``(passes, reason, details)`` for ``answer`` (a final answer) on ``row``."""
+        request = request_text(row)
+        if not self.enabled or not request:
+            return True, "gate off" if not self.enabled else "no request: not gated", {}
+        rest = strip_copies(answer, request, self.copy_run)
+        req_stems = content_stems(request, self.stem)
+        if not req_stems:
+            return True, "request has no content word: not gated", {}
+        shared = sorted(req_stems & content_stems(rest, self.stem))
+        n_words = len(rest.split())
+        floor = self.min_words
+        for iid, kw in _row_specs(row):
+            if iid == "length_constraints:number_words" and kw.get("relation") == "less than":
+                floor = min(floor, int(kw["num_words"]) // 2)
+        need = min(self.min_shared, max(1, round(self.min_share * len(req_stems))))
+        if any(iid == "language:response_language" for iid, _ in _row_specs(row)):
+            need = 0  # the answer's language is imposed: no shared words to expect from a translation
+        details = {"words": n_words, "min_words": floor, "shared": shared, "need_shared": need}
+        if n_words < floor:
+            return False, f"relevance gate: {n_words} words of its own < {floor}", details
+        if len(shared) < need:
+            return False, (f"relevance gate: shares {len(shared)} content words with the request < {need} "
+                           "(does not address it)"), details
+        return True, "addresses the request", details
+
+
+def request_text(row: dict[str, Any]) -> str:
+    """The request an answer must address: ``metadata.question`` (the prompt without its appended
+    instructions), else the last user turn of ``responses_create_params.input``; ``""`` if neither."""
+    question = metadata(row).get("question")
+    if isinstance(question, str) and question.strip():
+        return question
+    params = row.get("responses_create_params") or {}
+    if isinstance(params, str):
+        params = json.loads(params)
+    turns = [m for m in (params.get("input") or []) if isinstance(m, dict) and m.get("role") == "user"]
+    content = turns[-1].get("content") if turns else ""
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
 class InstructionFollowingVerifier(Verifier):
     """IFEval / IFBench constraints (see the module doc)."""
 
     sft_domain = "instruction_following"
+
+    def __init__(self, gate: RelevanceGate | None = None):
+        #: the relevance gate (default ON, :class:`RelevanceGate`); ``RelevanceGate(enabled=False)``
+        #: grades the constraints alone.
+        self.gate = RelevanceGate() if gate is None else gate
 
     def check(self, row: dict[str, Any]) -> None:
         for i, (iid, kw) in enumerate(_row_specs(row)):
@@ -377,6 +568,7 @@ class InstructionFollowingVerifier(Verifier):
                 prepare(iid, kw)
             except ValueError as exc:
                 raise ValueError(f"row {row.get('uuid')!r}: instruction_id_list[{i}]: {exc}") from None
+        self.gate.for_row(row)
 
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
         ids = list(row["instruction_id_list"])
@@ -386,6 +578,10 @@ class InstructionFollowingVerifier(Verifier):
         results = [follows(iid, kw, answer) for iid, kw in _row_specs(row)]
         details = {"follow": results, "instruction_id_list": ids}
         n_ok = sum(results)
+        passes, why, gate = self.gate.for_row(row).check(answer, row)
+        details["gate"] = {"passed": passes, "reason": why, **gate}
+        if not passes:
+            return fail(f"{why}; {n_ok}/{len(results)} instructions followed", **details)
         if metadata(row).get("reward_mode") == "fraction":
             return Verdict(n_ok / len(results), n_ok == len(results), f"{n_ok}/{len(results)} followed", details)
         if n_ok == len(results):
