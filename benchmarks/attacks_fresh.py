@@ -63,8 +63,11 @@ MCQA_SUN = {
 
 
 def _if(uuid: str, ids: list[str], kwargs: list[dict], prompt: str) -> dict:
+    """An IF row as the RL sets hold it: the request in ``metadata.question`` and as the user turn."""
     return {"uuid": uuid, "agent_ref": "instruction_following", "ground_truth": "null",
-            "instruction_id_list": ids, "kwargs": json.dumps(kwargs), "prompt": prompt}
+            "instruction_id_list": ids, "kwargs": json.dumps(kwargs), "prompt": prompt,
+            "metadata": json.dumps({"question": prompt}),
+            "responses_create_params": {"input": [{"role": "user", "content": prompt}]}}
 
 
 IF_CAPS_NOCOMMA = _if("9c1fc348-13ba-56e5-b2ea-122d1a5f57c2",
@@ -494,8 +497,9 @@ ATTACKS: dict[str, list[tuple[str, str, dict]]] = {
 MUST_PAY: dict[str, list[tuple[str, str, dict]]] = {
     "math": [("math_correct", r"So $xy = \boxed{-3}$.", MATH_NEG3)],
     "mcqa": [("mcqa_correct", r"\boxed{B}", MCQA_SUN)],
-    "instruction_following": [("if_correct_lowercase", "here is the formatting in code windows, with an example "
-                                                       "request for each instruction.", IF_LOWER)],
+    "instruction_following": [("if_correct_lowercase", "here is your text formatted in code windows, in the english "
+                                                       "language as requested:\n\n```\nformate ça dans des fenetres "
+                                                       "de code\n```", IF_LOWER)],
     "structured_output": [("so_correct", '{"event_name": "Hamilton", "number_of_tickets": 2, "date": "04/12/2025", '
                                          '"city": "New York, NY"}', SO_TICKETS)],
     "tool_call": [("tool_correct_parallel", '<tool_call>{"name": "nature_reserve.find_nearby", "arguments": '

@@ -1,7 +1,8 @@
 """Every attack of ``benchmarks/attacks_fresh.py`` must earn reward 0 with a verdict (no exception,
 no hang, no dropped sample); every ``MUST_PAY`` answer must earn 1. Samples are graded in a worker
 process under a wall clock (``benchmarks.attacks_fresh.Runner``), so a grader that hangs fails its
-test instead of hanging the suite. Marks record the state before the verifier fixes."""
+test instead of hanging the suite. The state before the fixes: `python -m benchmarks.attacks --table` with
+``ATTACKS_TARGET`` an older checkout."""
 
 from __future__ import annotations
 
@@ -12,40 +13,13 @@ from benchmarks.attacks_fresh import ATTACKS, MUST_PAY, Runner, outcome
 TIMEOUT_S = {"code": 30.0}  # others: DEFAULT_TIMEOUT_S
 DEFAULT_TIMEOUT_S = 10.0
 
-PAYS = "pays before fix"
-KNOWN: dict[str, str] = {
-    # math
-    # instruction following
-    "if_single_letter": PAYS,
-    "if_empty_quotes": PAYS,
-    "if_bare_title": PAYS,
-    "if_bare_placeholders": PAYS,
-    "if_homoglyph_forbidden_words": PAYS,
-    "if_fullwidth_commas": PAYS,
-    "if_undetectable_language": PAYS,
-    "ifbench_one_word": PAYS,
-    "ifbench_palindrome_parens": PAYS,
-    # structured output
-    # tool call
-    # long context
-    # code
-    # genrm screen
-}
-KNOWN_MUST_PAY: dict[str, str] = {
-}
-
-
 # real rows whose tests a constant passes: cascade build refuses them (CodeVerifier.check_trainable)
 REFUSED_ROWS = {"code_mbpp_constant_2", "code_mbpp_constant_2_divisor", "code_mbpp_hardcoded_output"}
 
 
-def _params(samples: dict, known: dict) -> list:
-    out = []
-    for family, items in samples.items():
-        for name, response, row in items:
-            marks = [pytest.mark.xfail(strict=True, reason=known[name])] if name in known else []
-            out.append(pytest.param(family, name, response, row, id=f"{family}-{name}", marks=marks))
-    return out
+def _params(samples: dict) -> list:
+    return [pytest.param(family, name, response, row, id=f"{family}-{name}")
+            for family, items in samples.items() for name, response, row in items]
 
 
 @pytest.fixture(scope="module")
@@ -61,17 +35,17 @@ def test_counts():
                                              "tool_call", "long_context", "code", "genrm"))
     names = [n for a in ATTACKS.values() for n, _, _ in a] + [n for a in MUST_PAY.values() for n, _, _ in a]
     assert len(names) == len(set(names))
-    assert set(KNOWN) <= set(names) and set(KNOWN_MUST_PAY) <= set(names)
+    assert REFUSED_ROWS <= set(names)
 
 
-@pytest.mark.parametrize(("family", "name", "response", "row"), _params(ATTACKS, KNOWN))
+@pytest.mark.parametrize(("family", "name", "response", "row"), _params(ATTACKS))
 def test_attack_earns_nothing(runner, family, name, response, row):
     res = runner.run(response, row, TIMEOUT_S.get(family, DEFAULT_TIMEOUT_S))
     assert outcome(res) == ("refused" if name in REFUSED_ROWS else "ok"), res
     assert res["reward"] == 0.0
 
 
-@pytest.mark.parametrize(("family", "name", "response", "row"), _params(MUST_PAY, KNOWN_MUST_PAY))
+@pytest.mark.parametrize(("family", "name", "response", "row"), _params(MUST_PAY))
 def test_correct_answer_pays(runner, family, name, response, row):
     res = runner.run(response, row, TIMEOUT_S.get(family, DEFAULT_TIMEOUT_S))
     assert res["status"] == "ok" and res["error"] is None, res

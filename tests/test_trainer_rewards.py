@@ -162,11 +162,12 @@ def _no_call_row(release) -> dict:
 
 def test_cut_off_reasoning_has_no_final_answer_in_every_wrapper(release):
     """A completion cut off while thinking parses to reasoning alone (TRL's parser, a Responses API
-    ``incomplete`` reasoning item): no final answer, reward 0, as ``verify`` gives the raw text; an
-    empty answer would pass a row that expects no call."""
+    ``incomplete`` reasoning item): no final answer, reward 0, as ``verify`` gives the raw text, on a
+    row that expects no call (a reply in words passes it; an empty one does not)."""
     row = _no_call_row(release)
     cut = "<think>Which tool? Let me think about the weather " * 20
-    assert verify(cut, row).reward == 0.0 and verify("", row).reward == 1.0
+    assert verify(cut, row).reward == 0.0 and verify("", row).reward == 0.0
+    assert verify("None of these tools can answer that, sorry.", row).reward == 1.0
     cols = {k: [row[k]] for k in row}
     for reasoning in ("Which tool? Let me think", ""):
         assert reward_func()(["p"], [[{"role": "assistant", "reasoning_content": reasoning}]], **cols) == [0.0]

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import itertools
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from common.answers import final_answer
+from validators.verifiers.confusables import latin_fold, plain_fold
 from validators.verifiers.registry import Verifier
 
 STRATEGIES = ("circular", "all_pairs")
@@ -53,19 +53,7 @@ _SECTION = r"\[The Begin of {name}\](.*?)\[The End of {name}\]"
 _BOX = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
-_CONFUSABLES = str.maketrans({
-    # Cyrillic
-    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c",
-    "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ї": "i", "ј": "j", "ԁ": "d", "ԛ": "q", "ԝ": "w",
-    "ɡ": "g", "һ": "h", "ӏ": "l", "ո": "n", "ս": "u", "ց": "g",
-    # Greek
-    "α": "a", "β": "b", "γ": "y", "δ": "d", "ε": "e", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o",
-    "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ω": "w", "ς": "s", "σ": "o", "μ": "u", "ϲ": "c", "ϳ": "j",
-    # Latin look-alikes NFKC keeps
-    "ı": "i", "ȷ": "j", "ł": "l", "ø": "o", "đ": "d", "ß": "ss", "ſ": "s", "ɑ": "a", "ɩ": "i", "ʀ": "r",
-})
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "|": "l"})
-_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 _SPACED = re.compile(r"(?<![^\W\d_])(?:[^\W\d_][ .\-_*·•/|]{1,3}){3,}[^\W\d_](?![^\W\d_])")
 _INNER_PUNCT = re.compile(r"(?<=[^\W\d_])[.\-_*·•'`~^|](?=[^\W\d_])")
 _MIXED = re.compile(r"\b(?=[\w@$|]*[a-z])(?=[\w@$|]*[0-9@$|])[\w@$|]+")
@@ -78,10 +66,7 @@ def normalize_view(text: str) -> tuple[str, str]:
     accents dropped, Cyrillic/Greek look-alikes mapped to Latin letters, digits and symbols inside words read as
     letters (``sc0re``, ``r@te``), spaced-out letters joined (``j u d g e``, ``j.u.d.g.e``) and
     punctuation between letters dropped (``ju-dge``)) for the English ones."""
-    text = unicodedata.normalize("NFKC", text)
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    plain = _COMBINING.sub("", unicodedata.normalize("NFKC", text)).casefold()
-    latin = unicodedata.normalize("NFC", _COMBINING.sub("", unicodedata.normalize("NFD", plain))).translate(_CONFUSABLES)
+    plain, latin = plain_fold(text), latin_fold(text)
     latin = _MIXED.sub(lambda m: m.group().translate(_LEET) if re.search(r"[a-z]{2}", m.group()) else m.group(), latin)
     latin = _SPACED.sub(lambda m: re.sub(r"[ .\-_*·•/|]", "", m.group()), latin)
     latin = _INNER_PUNCT.sub("", latin)

@@ -70,6 +70,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from common.answers import row_json
+from validators.verifiers.confusables import latin_fold
 from validators.verifiers.registry import (
     Verdict,
     Verifier,
@@ -178,7 +179,9 @@ def _frequency(text: str, keyword: str, frequency: int, relation: str) -> bool:
 
 @instruction("keywords:forbidden_words", "forbidden_words")
 def _forbidden(text: str, forbidden_words: list[str]) -> bool:
-    return not any(re.search(r"\b" + re.escape(w) + r"\b", text, re.I) for w in forbidden_words)
+    # read through look-alikes (a Cyrillic "о", fullwidth letters, a zero-width joiner inside the word)
+    folded = latin_fold(text)
+    return not any(re.search(r"\b" + re.escape(latin_fold(w)) + r"\b", folded) for w in forbidden_words)
 
 
 @instruction("keywords:letter_frequency", "letter", "let_frequency", "let_relation")
@@ -190,8 +193,9 @@ def _letter_frequency(text: str, letter: str, let_frequency: int, let_relation: 
 
 @instruction("language:response_language", "language")
 def _response_language(text: str, language: str) -> bool:
-    found = _language(text)
-    return found is None or found == language  # reference: undetectable text passes
+    # the reference passes text whose language is undetectable; here that pays a reply with no words
+    # (digits, symbols) under "answer in German", so it fails
+    return _language(text) == language
 
 
 @instruction("length_constraints:number_sentences", "num_sentences", "relation")
@@ -338,9 +342,12 @@ def _english_lowercase(text: str) -> bool:
     return text.islower() and _language(text) in (None, "en")
 
 
+COMMAS = frozenset(",\uff0c\ufe50\u3001\u060c\u201a\u2e34\u2e41\ua4fe")  # , ， ﹐ 、 ، ‚ ⸴ ⹁ ꓾
+
+
 @instruction("punctuation:no_comma")
 def _no_comma(text: str) -> bool:
-    return "," not in text
+    return not COMMAS.intersection(text)  # the comma of every script, fullwidth and small forms
 
 
 # ------------------------------------------------------------------ checking rows
