@@ -10,17 +10,15 @@
   ``torch.nn.functional.scaled_dot_product_attention`` on its own.
   (Hugging Face models with ``attn_implementation="flash_attention_2"`` derive
   the same ``cu_seqlens`` from ``position_ids`` themselves.)
-- :func:`document_attention` (CPU, any Hugging Face model whose attention goes through
-  transformers' ``AttentionInterface``): switches the model to
-  :func:`document_sdpa_forward`, which runs SDPA on each document of each row, so a pack
+- :func:`document_sdpa_forward` (any Hugging Face model whose attention goes through
+  transformers' ``AttentionInterface``): SDPA on each document of each row, so a pack
   costs the sum of its documents' squared lengths instead of the pack length squared
-  and no ``[B, T, T]`` mask is built. The training path of ``stages.sft``.
+  and no ``[B, T, T]`` mask is built. :func:`packing.isolation.document_isolation` switches a
+  model to it (and isolates its Mamba layers too): the training path of ``stages.sft``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -154,22 +152,3 @@ def flattened_varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     cu = torch.cat([offsets, offsets.new_tensor([b * t])]).to(torch.int32)
     flat = [x.transpose(1, 2).reshape(b * t, x.shape[1], d) for x in (query, key, value)]
     return varlen_attention(*flat, cu, softmax_scale=scaling).view(b, t, h, d)
-
-
-@contextmanager
-def document_attention(model: torch.nn.Module) -> Iterator[None]:
-    """Run ``model`` (a Hugging Face model, or a wrapper with ``.module``) with
-    :func:`document_sdpa_forward` inside the block; its attention implementation is restored after.
-
-    Call the model with ``position_ids`` and no ``attention_mask``.
-    """
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(DOCUMENT_ATTENTION, document_sdpa_forward)
-    hf = getattr(model, "module", model)
-    previous = hf.config._attn_implementation
-    hf.set_attn_implementation(DOCUMENT_ATTENTION)
-    try:
-        yield
-    finally:
-        hf.set_attn_implementation(previous)

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from pydantic import Field
 
-from packing.attention import document_attention
 from packing.dataset import PackedDataset, collate_packed
+from packing.isolation import document_isolation
 from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.lm_head import final_hidden_states, head_logprobs, model_device
@@ -90,8 +90,8 @@ def _window(pack: dict[str, torch.Tensor], a: int, b: int, bounds: list[int]) ->
 
 def packed_forward(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Logits ``[B, T, V]`` of a collated packed batch with document-local attention
-    (:func:`packing.attention.document_attention`): the unchunked reference of :func:`packed_nll`."""
-    with document_attention(model):
+    (:func:`packing.isolation.document_isolation`): the unchunked reference of :func:`packed_nll`."""
+    with document_isolation(model):
         return model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
 
 
@@ -107,7 +107,7 @@ def packed_nll(model, batch: dict[str, torch.Tensor], chunk: int) -> tuple[torch
     """
     batch = {k: v.to(model_device(model)) for k, v in batch.items()}
     mask = sft_target_mask(batch["labels"], batch["position_ids"])
-    with document_attention(model):
+    with document_isolation(model):
         hidden, _ = final_hidden_states(model, input_ids=batch["input_ids"], position_ids=batch["position_ids"])
     logprobs = head_logprobs(model, hidden[:, :-1][mask], batch["labels"][:, 1:][mask], chunk,
                              dtype=compute_dtype(model))

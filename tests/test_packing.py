@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packing.attention import (
-    document_attention,
     document_attention_mask,
     document_sdpa_forward,
     flattened_varlen,
     varlen_attention,
 )
 from packing.dataset import PackedDataset, collate_packed
+from packing.isolation import document_isolation
 from packing.overflow import OverflowStats, apply_overflow
 from packing.plan import plan_packs
 from packing.tokenize import TokenizedDoc
@@ -175,7 +175,7 @@ def test_document_attention_equals_the_dense_block_mask_in_values_and_gradients(
     for use_blocks in (False, True):
         model.zero_grad()
         if use_blocks:
-            with document_attention(model):
+            with document_isolation(model):
                 logits = model(ids, position_ids=pos).logits
         else:
             logits = model(ids, position_ids=pos, attention_mask=document_attention_mask(pos)).logits
@@ -184,7 +184,7 @@ def test_document_attention_equals_the_dense_block_mask_in_values_and_gradients(
     torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=0)
     torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-6, rtol=1e-4)
     assert model.config._attn_implementation != "document_sdpa"  # restored after the block
-    with document_attention(model), pytest.raises(ValueError, match="takes no attention_mask"):
+    with document_isolation(model), pytest.raises(ValueError, match="takes no attention_mask"):
         model(ids, position_ids=pos, attention_mask=document_attention_mask(pos))
 
 
@@ -213,7 +213,7 @@ def test_packed_equals_unpacked_for_a_tiny_model(smollm2_dir, tmp_path):
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                          max_position_embeddings=512)).eval()
-    with torch.no_grad(), document_attention(model):  # the SFT stage's path: SDPA per document
+    with torch.no_grad(), document_isolation(model):  # the SFT stage's path: SDPA per document
         packed = model(batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
     ce = torch.nn.functional.cross_entropy
     labels = batch["labels"][0]
