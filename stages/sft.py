@@ -2,9 +2,10 @@
 (assistant) tokens, normalized by the supervised-token count of the whole gradient-accumulation
 window; AdamW β=(0.9, 0.98), wd 0.1, cosine LR with warm-up (``optim`` in params).
 
-Packs come from ``cascade pack`` (:class:`packing.dataset.PackedDataset`). Attention never
-crosses documents: ``position_ids`` restart per document and the model runs
-:func:`packing.attention.document_sdpa_forward` (SDPA on each document; no ``[T, T]`` mask). Packs longer
+Packs come from ``cascade pack`` (:class:`packing.dataset.PackedDataset`). No sequence-mixing layer
+crosses documents: ``position_ids`` restart per document and the model runs under
+:func:`packing.isolation.document_isolation` (SDPA on each document, no ``[T, T]`` mask; Mamba/SSM layers
+restart their state at each document). Packs longer
 than ``max_tokens`` (the paper packs 256K tokens) are cut at document boundaries into windows of
 at most ``max_tokens``; a document longer than that is cropped (tokens counted in
 ``cropped_tokens``). ``max_tokens: null`` trains whole packs.

@@ -10,7 +10,7 @@ import torch
 from packing.dataset import collate_packed
 from packing.writer import assemble_pack, write_packs
 from stages.sft import SFTConfig, SFTStage, accumulate_sft, pack_windows, packed_forward
-from tests.tiny_lm import DOCS, MASKS, packed_row, smollm2_tokenizer, tiny_llama
+from tests.tiny_lm import DOCS, FAMILIES, MASKS, packed_row, smollm2_tokenizer, tiny_llama
 
 
 def test_pack_windows_cut_at_document_boundaries_and_crop_overlong_documents():
@@ -28,14 +28,17 @@ def _doc_nll(model, ids: np.ndarray, mask: np.ndarray) -> tuple[float, int]:
     """Summed NLL of a document's supervised tokens, run alone (no packing)."""
     x = torch.tensor(ids)[None]
     with torch.no_grad():
-        lp = model(input_ids=x).logits[0, :-1].log_softmax(-1)
+        lp = model(input_ids=x, use_cache=False).logits[0, :-1].log_softmax(-1)
     targets = torch.tensor(ids[1:])
     keep = torch.tensor(mask[1:]).bool()
     return float(-lp.gather(-1, targets[:, None])[:, 0][keep].sum()), int(keep.sum())
 
 
-def test_sft_window_loss_equals_unpacked_hand_computation_and_accumulation_invariance():
-    model = tiny_llama(64)
+@pytest.mark.parametrize("family", ["llama", "nemotron_h"])
+def test_sft_window_loss_equals_unpacked_hand_computation_and_accumulation_invariance(family):
+    """Hybrid Mamba/attention/MoE (NemotronH, aux-loss-free router) too: the pack's loss and gradients are
+    its documents'."""
+    model = FAMILIES[family](64)
     hand = [_doc_nll(model, d, m) for d, m in zip(DOCS, MASKS, strict=True)]
     expected = sum(h[0] for h in hand) / sum(h[1] for h in hand)   # window normalizer: 3 + 2 + 2 = 7 tokens
 
@@ -43,7 +46,7 @@ def test_sft_window_loss_equals_unpacked_hand_computation_and_accumulation_invar
     two = [collate_packed([packed_row(DOCS[:2], MASKS[:2])]), collate_packed([packed_row(DOCS[2:], MASKS[2:])])]
     grads, losses = [], []
     for micro in ([one], two):
-        m = tiny_llama(64)
+        m = FAMILIES[family](64)
         out = accumulate_sft(m, lambda loss: loss.backward(), micro)
         losses.append(out["loss"])
         assert out["supervised_tokens"] == 7
@@ -52,11 +55,12 @@ def test_sft_window_loss_equals_unpacked_hand_computation_and_accumulation_invar
     assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-7)
 
 
-def test_packed_logits_of_a_document_do_not_see_the_previous_one():
-    model = tiny_llama(64).eval()
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_packed_logits_of_a_document_do_not_see_the_previous_one(family):
+    model = FAMILIES[family](64).eval()
     with torch.no_grad():
         packed = packed_forward(model, collate_packed([packed_row()]))[0]
-        alone = model(input_ids=torch.tensor(DOCS[1])[None]).logits[0]
+        alone = model(input_ids=torch.tensor(DOCS[1])[None], use_cache=False).logits[0]
     assert torch.allclose(packed[5:8], alone, atol=1e-5)
 
 
