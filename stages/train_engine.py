@@ -65,6 +65,9 @@ class TrainEngine(Protocol):
         """Restore what :meth:`save_state` wrote, exactly (a resumed run is bitwise the same)."""
 
 
+FINAL_NORMS = ("norm", "norm_f", "final_layernorm")  # the decoder's final norm: Llama/Qwen, NemotronH, Jamba
+
+
 def train_top_layers(model: torch.nn.Module, n: int) -> int:
     """Partial-layer training: freeze every parameter except the top ``n`` decoder layers and the final
     norm (embeddings, lower layers and the LM head stay as loaded). The frozen lower layers then run
@@ -72,8 +75,8 @@ def train_top_layers(model: torch.nn.Module, n: int) -> int:
     and torch AdamW alike, only the trainable parameters get optimizer state. Returns the trainable
     parameter count.
 
-    The decoder is ``model.get_decoder()`` (HF causal LMs: Llama, Qwen, Mistral, ...) holding
-    ``layers`` (a ``ModuleList``) and ``norm``.
+    The decoder is ``model.get_decoder()`` (HF causal LMs: Llama, Qwen, Mistral, NemotronH, Jamba, ...)
+    holding ``layers`` (a ``ModuleList``) and its final norm (:data:`FINAL_NORMS`).
 
     Raises:
         ValueError: ``n`` is not in ``[1, L]``, or the model has no such decoder (names its class).
@@ -85,9 +88,9 @@ def train_top_layers(model: torch.nn.Module, n: int) -> int:
     if not 1 <= n <= len(layers):
         raise ValueError(f"trainable_layers must be in [1, {len(layers)}] for {type(model).__name__}, got {n}")
     model.requires_grad_(False)
-    for module in [*layers[len(layers) - n:], getattr(decoder, "norm", None)]:
-        if module is not None:
-            module.requires_grad_(True)
+    norms = [getattr(decoder, name) for name in FINAL_NORMS if isinstance(getattr(decoder, name, None), torch.nn.Module)]
+    for module in [*layers[len(layers) - n:], *norms[:1]]:
+        module.requires_grad_(True)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

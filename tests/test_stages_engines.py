@@ -61,6 +61,18 @@ def test_partial_layer_mode_trains_the_top_layer_alike_on_torch_and_deepspeed(ze
         train_top_layers(tiny_llama(64), 3)
 
 
+@pytest.mark.parametrize(("family", "norm"), [("nemotron_h", "model.norm_f.weight"),
+                                              ("jamba", "model.final_layernorm.weight")])
+def test_partial_layer_mode_trains_the_final_norm_of_hybrid_families(family, norm):
+    from tests.tiny_lm import FAMILIES
+
+    model = FAMILIES[family](64)
+    train_top_layers(model, 1)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    last = f"model.layers.{len(model.get_decoder().layers) - 1}."
+    assert norm in trainable and all(n == norm or n.startswith(last) for n in trainable)
+
+
 def test_adamw_groups_and_cosine_warmup_schedule():
     model = tiny_llama(64)
     cfg = OptimConfig(lr=1e-3, warmup_steps=2, min_lr_ratio=0.1)
