@@ -62,8 +62,8 @@ def step_scratch(home: str | Path | None) -> Iterator[Path | None]:
     whatever the target, and the spilled :class:`Rejects`) is gone after the next ``dvc repro``
     however the stage is reproduced; a temporary beside an output file (``rejects/``, ``metrics/``)
     would survive a restore. A run outside DVC removes a killed run's scratch here, first. ``home``
-    None (a step with no directory output): temporaries go beside their targets, removed by the
-    next write of the same target.
+    None (a step whose directory output is replaced whole, never restored): temporaries go beside their
+    targets, removed by the next write of the same target.
     """
     if home is None:
         yield None

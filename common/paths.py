@@ -14,6 +14,7 @@ DEDUPED = Path("data/dedup")
 MINHASH = Path("data/minhash")                  # near-dedup signatures
 DECONTAM_INDEX = Path("data/decontam_index")
 DECONTAMINATED = Path("data/decontaminated")
+VALIDATED = Path("data/validated")              # the dataset suites' results, <kind>.json (validate's output)
 SETS = Path("data/sets")                        # sft/, rl/<domain>/ and the stage mixes: {train,validation}.parquet
 FILTERED = Path("data/filtered")                # difficulty-filtered copies of the RL sets + manifest.json
 SWE = Path("data/swe")                          # SWE tasks and their repositories

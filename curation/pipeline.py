@@ -39,6 +39,7 @@ from common.paths import (
     SWE,
     SYNTHESIZED,
     TOKENIZED,
+    VALIDATED,
 )
 from corpora.registry import load_models, load_registry
 from corpora.schema import SCHEMAS
@@ -147,10 +148,13 @@ def step_decontaminate(params: PipelineParams) -> dict[str, Any]:
 
 
 def step_validate(params: PipelineParams) -> dict[str, Any]:
-    """Run the great-expectations suites; a failed expectation fails the step with a report."""
+    """Run the great-expectations suites, each one's result in ``data/validated/<kind>.json``; a failed
+    expectation fails the step with a report."""
     from validators.dataset import run_suite
 
     reports = {kind: run_suite(_load(DECONTAMINATED / f"{kind}.parquet"), kind, kind) for kind in KINDS}
+    for kind, report in reports.items():
+        write_json(report.as_dict(), VALIDATED / f"{kind}.json")
     rows = sum(r.rows for r in reports.values())
     metrics = finish_step("validate", rows, rows, Rejects("validate"),
                           suites={k: r.as_dict() for k, r in reports.items()})
@@ -382,12 +386,12 @@ STEPS = {
     "pack": step_pack, "swe_tasks": step_swe_tasks,
 }
 # The directory output (dvc.yaml) that holds each step's scratch (common/io.py step_scratch): DVC removes it
-# before it runs or restores the stage, so a killed run's temporaries go with it. None: no directory output
-# (validate), or one the step replaces whole (swe_tasks' data/swe; the stage is never restored from DVC's
-# run cache, its persistent uncached cache directory keeps it out): temporaries beside their targets.
+# before it runs or restores the stage, so a killed run's temporaries go with it. None: a directory output
+# the step replaces whole (swe_tasks' data/swe; the stage is never restored from DVC's run cache, its
+# persistent uncached cache directory keeps it out): temporaries beside their targets.
 SCRATCH_HOMES: dict[str, Path | None] = {
     "fetch": SOURCES, "asset": ASSETS, "ingest": INGESTED, "dedup": DEDUPED, "decontam_index": DECONTAM_INDEX,
-    "decontaminate": DECONTAMINATED, "validate": None, "build": SETS, "export": RELEASE, "difficulty": FILTERED,
+    "decontaminate": DECONTAMINATED, "validate": VALIDATED, "build": SETS, "export": RELEASE, "difficulty": FILTERED,
     "synthesize": SYNTHESIZED, "tokenize": TOKENIZED, "pack": PACKED, "swe_tasks": None,
 }
 ORDER = ["ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
