@@ -14,7 +14,8 @@ NeMo-RL; they differ only in their plugins:
 Per optimizer step: shard the global batch over the data-parallel ranks, check the sampler's weights
 version, collect, select, backward in micro-batches normalized over the whole window
 (:func:`accumulate`), check ``logprob_diff``, ONE optimizer step and the sampler's weight sync
-(:func:`optimizer_step`), log.
+(:func:`optimizer_step`), log. An MoE policy's loss also carries its router load-balancing term, and
+the step logs ``aux_loss`` and the expert load (:mod:`stages.moe`, ``run.routers``).
 
 Two checks run every optimizer step:
 

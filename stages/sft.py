@@ -8,6 +8,9 @@ crosses documents: ``position_ids`` restart per document and the model runs
 than ``max_tokens`` (the paper packs 256K tokens) are cut at document boundaries into windows of
 at most ``max_tokens``; a document longer than that is cropped (tokens counted in
 ``cropped_tokens``). ``max_tokens: null`` trains whole packs.
+
+An MoE policy adds ``router_aux_loss_coef x`` its router load-balancing loss under the same window
+normalization and logs ``aux_loss`` and the expert load (:mod:`stages.moe`, :func:`accumulate_sft`).
 """
 
 from __future__ import annotations
