@@ -142,7 +142,11 @@ class RouterTap:
             chosen = next((t for t in out if not t.is_floating_point()), None) if isinstance(out, tuple) else None
             if chosen is None:  # a softmax router that returns its logits only (Jamba): top-k of the logits
                 chosen = logits.topk(self.top_k, dim=-1).indices
-            self._forwards[-1][3][layer] = (logits.reshape(-1, logits.shape[-1]), chosen.reshape(-1, self.top_k))
+            calls = self._forwards[-1][3]
+            if calls[layer] is not None:
+                raise RuntimeError(f"RouterTap: router {self.routers[layer][0]} ran twice in one forward (a backward "
+                                   "recomputing checkpointed layers inside recording()?)")
+            calls[layer] = (logits.reshape(-1, logits.shape[-1]), chosen.reshape(-1, self.top_k))
         return hook
 
     @contextmanager
