@@ -9,8 +9,10 @@ import torch
 
 from packing.dataset import collate_packed
 from stages.checkpoints import load_checkpoint
+from stages.grpo import GRPOConfig, PolicyGradient
 from stages.logprobs import policy_batch, response_logprobs
 from stages.moe import load_stats, router_tap, update_router_bias
+from stages.onpolicy import Experience, accumulate
 from stages.rollout import Rollouts
 from stages.sft import accumulate_sft
 from tests import resume_job
@@ -96,6 +98,29 @@ def test_window_normalization_one_micro_batch_of_two_rows_equals_two_of_one():
     assert one["loss"] == pytest.approx(two["loss"], rel=1e-6)
     assert torch.allclose(g1, g2, rtol=1e-4, atol=1e-6)
 
+
+
+def test_on_policy_window_one_micro_batch_of_8_equals_two_of_4():
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 200, (k,), generator=g).tolist() for k in (3, 5)]
+    responses = [torch.randint(3, 200, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g).tolist()
+                 for _ in range(8)]
+    ro = Rollouts([prompts[i // 4] for i in range(8)], responses, [[0.0] * len(r) for r in responses],
+                  [False] * 8, [""] * 8, 4)
+    results = []
+    for micro in (8, 4):
+        model = tiny_qwen3_moe(256, initializer_range=0.5)
+        algorithm = PolicyGradient(GRPOConfig(name="t", runner="grpo", datasets=[]), None, None)
+        algorithm.advantages = torch.tensor([1.5, -0.5, -0.5, -0.5, 0.9, -0.9, 0.3, -0.3])
+        tap = router_tap(model, 1.0)
+        stats = accumulate(model, lambda loss: loss.backward(), Experience(ro, [], []), list(range(8)), algorithm,
+                           micro, 2, routers=tap)
+        results.append((stats, torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])))
+        tap.close()
+    (one, g1), (two, g2) = results
+    assert one["aux_loss"] == pytest.approx(two["aux_loss"], rel=1e-6) and one["aux_loss"] > 1.0
+    assert one["expert_load"] == two["expert_load"]
+    assert torch.allclose(g1, g2, rtol=1e-4, atol=1e-6)
 
 def test_aux_of_a_prompt_shared_forward_equals_the_unshared_one():
     model = tiny_qwen3_moe(64, initializer_range=0.5)
