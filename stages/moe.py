@@ -76,14 +76,15 @@ def _output_index(module: nn.Module) -> int:
 
 def aux_coefficient(module: nn.Module, coef: float | None) -> float:
     """The auxiliary-loss coefficient of a stage: ``coef`` (``router_aux_loss_coef`` of the stage config),
-    else the model config's ``router_aux_loss_coef``, else 0.
+    else the model config's ``router_aux_loss_coef``, else 0 (also for a family without the loss).
 
     Raises:
         ValueError: ``coef > 0`` for a model whose transformers module has no ``load_balancing_loss_func``
             (auxiliary-loss-free routing, e.g. NemotronH).
     """
     if coef is None:
-        return float(getattr(module.config.get_text_config(), "router_aux_loss_coef", None) or 0.0)
+        own = getattr(module.config.get_text_config(), "router_aux_loss_coef", None)
+        return float(own or 0.0) if _balancing_loss(module) is not None else 0.0
     if coef and _balancing_loss(module) is None:
         raise ValueError(f"router_aux_loss_coef: {type(module).__name__} has no load-balancing loss in "
                          "transformers (auxiliary-loss-free routing); set it to 0 or leave it unset")
