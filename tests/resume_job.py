@@ -27,7 +27,7 @@ class ParityReward:
 
 def prepare(data: Path, family: str = "llama") -> None:
     """Write the init model (a tiny ``family`` of :data:`tests.tiny_lm.FAMILIES`, SmolLM2 tokenizer), a
-    teacher, RL prompts, packs and SWE tasks."""
+    teacher of the same family, RL prompts, packs and SWE tasks."""
     from common.io import write_parquet
     from packing.writer import assemble_pack, write_packs
     from tests.rows import rl_table
