@@ -71,6 +71,12 @@ class StageConfig(BaseModel):
     # partial-layer mode: train only the top N decoder layers and the final norm (None: every parameter);
     # the backward stops below them (stages.train_engine.train_top_layers)
     trainable_layers: int | None = Field(None, ge=1)
+    # MoE models (stages/moe.py): coefficient of the router load-balancing loss added to the loss, a
+    # token-weighted mean over the window as the loss is (None: the model config's router_aux_loss_coef,
+    # 0 where it has none; must be 0 for auxiliary-loss-free routers such as NemotronH's); and DeepSeek-V3's
+    # bias update rate gamma of e_score_correction_bias after every step (0: the bias stays as loaded)
+    router_aux_loss_coef: float | None = Field(None, ge=0)
+    router_bias_update_rate: float = Field(0.0, ge=0)
     loss_chunk_tokens: int = Field(4096, ge=1)  # tokens per LM-head chunk of the losses (stages/lm_head.py)
     save_every: int = Field(10, ge=0)  # training state every N optimizer steps and at the last (0: last only)
     keep_last: int = Field(2, ge=1)    # training states kept (stages/state.py)

@@ -23,6 +23,9 @@ from common.io import atomic_path
 class MetricsLog:
     """Collects ``{"step": int, name: float, ...}`` rows, live (:meth:`log`) and whole (:meth:`write`).
 
+    A value that is not a number (an MoE step's ``expert_load``: tokens per expert per layer) is kept in
+    the row and ``steps.jsonl`` only, not in dvclive, TensorBoard or the CSV.
+
     Args:
         csv_path: CSV output (columns: the union of every row's keys, ``step`` first).
         live_dir: the live files (dvclive's and ``steps.jsonl``), started by :meth:`start`.
@@ -76,6 +79,7 @@ class MetricsLog:
         with (self.live_dir / "steps.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         self.live.step = step
+        values = _scalars(values)
         for k, v in values.items():  # dvclive nests on "/": reward and reward/math would collide
             self.live.log_metric(k.replace("/", "."), v)
         self.live.make_summary()
@@ -87,15 +91,20 @@ class MetricsLog:
         """Write the CSV and, given ``png_path``, one PNG panel per column in ``columns`` that exists."""
         if not self.writer:
             return
-        keys = list(dict.fromkeys(k for row in self.rows for k in row))
+        rows = [_scalars(row) for row in self.rows]
+        keys = list(dict.fromkeys(k for row in rows for k in row))
         with atomic_path(self.csv_path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=keys or ["step"])
             w.writeheader()
-            w.writerows(self.rows)
+            w.writerows(rows)
         if png_path is not None:
             plot_curves(self.rows, png_path, [c for c in columns if c in keys])
         if self.tb is not None:
             self.tb.flush()
+
+
+def _scalars(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if isinstance(v, (int, float))}
 
 
 def plot_curves(rows: list[dict[str, Any]], png_path: str | Path, columns: list[str]) -> None:

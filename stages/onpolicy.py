@@ -14,7 +14,8 @@ NeMo-RL; they differ only in their plugins:
 Per optimizer step: shard the global batch over the data-parallel ranks, check the sampler's weights
 version, collect, select, backward in micro-batches normalized over the whole window
 (:func:`accumulate`), check ``logprob_diff``, ONE optimizer step and the sampler's weight sync
-(:func:`optimizer_step`), log.
+(:func:`optimizer_step`), log. An MoE policy's loss also carries its router load-balancing term, and
+the step logs ``aux_loss`` and the expert load (:mod:`stages.moe`, ``run.routers``).
 
 Two checks run every optimizer step:
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -42,6 +43,7 @@ import torch
 from stages import distributed
 from stages.environment import Environment, PromptBuilder, PromptTooLong, load_rl_rows
 from stages.logprobs import policy_batch, response_logprobs
+from stages.moe import RouterTap
 from stages.rollout import RolloutEngine, Rollouts
 from stages.runtime import BatchCycle, StageRun
 
@@ -159,7 +161,8 @@ def micro_batches(indices: list[int], size: int) -> list[tuple[list[int], float]
 
 def accumulate(model: Callable[..., Any], backward: Callable[[torch.Tensor], None], experience: Experience,
                indices: list[int], algorithm: Algorithm, micro_batch_size: int, pad_id: int,
-               temperature: float = 1.0, chunk_tokens: int = 4096) -> dict[str, float]:
+               temperature: float = 1.0, chunk_tokens: int = 4096, routers: RouterTap | None = None
+               ) -> dict[str, Any]:
     """Backward ``algorithm``'s loss of samples ``indices`` in micro-batches of ``micro_batch_size``.
 
     The trained tokens (response tokens where the experience's loss mask is 1) and samples of all
@@ -169,28 +172,45 @@ def accumulate(model: Callable[..., Any], backward: Callable[[torch.Tensor], Non
     ``logprob_diff`` (mean |trainer - sampler| log-prob of the trained tokens: the on-policy check)
     and ``entropy`` (their mean negative log-prob at ``temperature``: the Monte-Carlo estimate of the
     policy's per-token entropy in nats on its own samples).
+
+    With ``routers`` (an MoE policy, :class:`stages.moe.RouterTap`; frozen models such as the KL
+    reference or MOPD's teachers have none) each micro-batch loss also gets ``coef x`` its share of the
+    router load-balancing loss (each sample's over its prompt and response tokens but the last, weighted by
+    its trained tokens over the window's), and the stats gain ``aux_loss`` (the window's token-weighted mean, without
+    ``coef``; ``loss`` stays the algorithm's) and the step's expert load
+    (:meth:`~stages.moe.RouterTap.step_stats`).
     """
     ro, masks = experience.rollouts, experience.masks()
     window = distributed.all_reduce_sum({"tokens": sum(sum(masks[i]) for i in indices), "samples": len(indices)})
     num_tokens = max(int(window["tokens"]), 1)
     totals: dict[str, float] = {"loss": 0.0, "logprob_diff": 0.0}
+    if routers is not None and routers.balancing_loss is not None:
+        totals["aux_loss"] = 0.0
     for chunk, weight in micro_batches(indices, micro_batch_size):
         batch = policy_batch(ro, chunk, pad_id)
         mask = batch["response_mask"].clone()
         for row, i in enumerate(chunk):
             mask[row, :len(masks[i])] &= torch.tensor(masks[i], dtype=torch.bool)
-        lp = response_logprobs(model, batch, temperature, chunk=chunk_tokens)
+        with nullcontext() if routers is None else routers.recording():
+            lp = response_logprobs(model, batch, temperature, chunk=chunk_tokens)
         mask = mask.to(lp.device)
         loss, stats = algorithm.loss(lp, mask, chunk, batch, window)
+        main, aux = loss, None
+        if routers is not None:
+            loss, aux = routers.add_aux(loss, batch["input_ids"], mask.sum(1), num_tokens, count=bool(weight),
+                                        last=batch["attention_mask"].sum(1) - 1)
         backward(loss * weight)
         if not weight:  # a padding micro-batch (micro_batches): nothing to count
             continue
-        totals["loss"] += float(loss.detach())
+        if aux is not None:
+            totals["aux_loss"] += aux
+        totals["loss"] += float(main.detach())
         for k, v in stats.items():
             totals[k] = totals.get(k, 0.0) + v
         totals["logprob_diff"] += logprob_diff_sum(lp, ro, chunk, mask) / num_tokens
         totals["entropy"] = totals.get("entropy", 0.0) + float(-(lp.detach() * mask).sum()) / num_tokens
-    return {**distributed.all_reduce_sum(totals), "trained_tokens": float(window["tokens"])}
+    moe = routers.step_stats() if routers is not None else {}
+    return {**distributed.all_reduce_sum(totals), "trained_tokens": float(window["tokens"]), **moe}
 
 
 def optimizer_step(run: StageRun, rollout: RolloutEngine, indices: list[int],
@@ -315,7 +335,8 @@ class OnPolicyLoop:
             stats = {**exp.stats, **selected}
             stats.update(optimizer_step(run, self.rollout, indices, partial(
                 accumulate, run.engine.model, run.engine.backward, exp, indices, self.algorithm,
-                cfg.micro_batch_size, self.rollout.pad, cfg.sampling.temperature, cfg.loss_chunk_tokens)))
+                cfg.micro_batch_size, self.rollout.pad, cfg.sampling.temperature, cfg.loss_chunk_tokens,
+                run.routers)))
             stats["step_s"] = time.perf_counter() - t0
             if "response_tokens" in stats:
                 stats["tokens_per_s"] = stats["response_tokens"] * len(exp.rollouts) * distributed.world_size() \

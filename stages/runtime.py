@@ -31,6 +31,7 @@ from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import SCORES_FILE, load_checkpoint, write_record
 from stages.metrics import MetricsLog
+from stages.moe import router_tap
 from stages.rollout import torch_threads
 from stages.state import fingerprint, latest_state, rng_file, save_state, set_rng_state
 from stages.train_engine import in_precision, make_train_engine, train_top_layers
@@ -122,6 +123,8 @@ class StageRun:
     Attributes:
         device: the rank's device (``cfg.device``); the policy, reference and teachers live there.
         engine: the train engine (``cfg.train_engine``) around the loaded model.
+        routers: the policy's MoE routers (:func:`stages.moe.router_tap`: aux loss and expert load), or
+            ``None`` for a dense model.
         tokenizer: the init checkpoint's tokenizer (saved with the checkpoint).
         counts: dropped/skipped counters that go into the summary (never silent loss).
         updates: optimizer steps taken (the weights version a strict on-policy sampler must hold).
@@ -153,6 +156,10 @@ class StageRun:
                 self.counts["trainable_parameters"] = train_top_layers(model, self.cfg.trainable_layers)
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
                                             self.cfg.zero_stage, self.cfg.dtype)
+            self.routers = router_tap(self.engine.model, self.cfg.router_aux_loss_coef,
+                                      self.cfg.router_bias_update_rate)
+            if self.routers is not None:
+                self._restore.callback(self.routers.close)
             self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv", self.cfg.live_dir,
                                    tensorboard_dir=Path("logs") / "tensorboard" / self.cfg.name,
                                    writer=distributed.is_main())
@@ -275,7 +282,7 @@ class StageRun:
         cfg = self.cfg
         ckpt = cfg.checkpoint_dir
         self.engine.save(ckpt)  # collective under ZeRO-3; rank 0 writes
-        final = {k: v for k, v in self.last.items() if not k.endswith("_s")}
+        final = {k: v for k, v in self.last.items() if not k.endswith("_s") and isinstance(v, (int, float))}
         validation, scores = split_scores(validation)
         summary = {"stage": cfg.name, "runner": cfg.runner, "steps": cfg.steps, "final": final,
                    "validation": validation, "counts": self.counts}
@@ -294,6 +301,7 @@ class StageRun:
         write_record(ckpt, stage=cfg.name, runner=cfg.runner, init=self.init, datasets=self.datasets,
                      validation=validation, train={"final": final, "counts": self.counts})
         write_json(summary, metrics)
-        self.log_.write(Path(cfg.plots_dir) / f"{cfg.name}.png", curves)
+        moe = ("aux_loss", "expert_load_max_mean") if self.routers is not None else ()
+        self.log_.write(Path(cfg.plots_dir) / f"{cfg.name}.png", (*curves, *moe))
         shutil.rmtree(cfg.state_dir, ignore_errors=True)  # done: a later run of this stage starts over
         cfg.state_dir.mkdir(parents=True)  # (empty: dvc.yaml declares it, persist: true)

@@ -9,6 +9,9 @@ restart their state at each document). Packs longer
 than ``max_tokens`` (the paper packs 256K tokens) are cut at document boundaries into windows of
 at most ``max_tokens``; a document longer than that is cropped (tokens counted in
 ``cropped_tokens``). ``max_tokens: null`` trains whole packs.
+
+An MoE policy adds ``router_aux_loss_coef x`` its router load-balancing loss under the same window
+normalization and logs ``aux_loss`` and the expert load (:mod:`stages.moe`, :func:`accumulate_sft`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import itertools
 import random
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -29,6 +33,7 @@ from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.lm_head import final_hidden_states, head_logprobs, model_device
 from stages.losses import sft_target_mask
+from stages.moe import RouterTap, packed_real_tokens
 from stages.runtime import StageRun
 from stages.train_engine import compute_dtype
 
@@ -115,21 +120,38 @@ def packed_nll(model, batch: dict[str, torch.Tensor], chunk: int) -> tuple[torch
     return -logprobs.sum(), int(mask.sum())
 
 
-def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]], chunk: int = 4096
-                   ) -> dict[str, float]:
+def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]], chunk: int = 4096,
+                   routers: RouterTap | None = None) -> dict[str, float]:
     """Backward the SFT loss of one accumulation window (:func:`packed_nll`, LM head ``chunk`` tokens at a
     time); each micro-batch loss is divided by the supervised-token count of the window of every
     data-parallel rank (all-reduced; every rank holds as many micro-batches). Returns the global window
-    ``loss`` (mean nats/token) and ``supervised_tokens``."""
+    ``loss`` (mean nats/token) and ``supervised_tokens``.
+
+    With ``routers`` (an MoE policy, :class:`stages.moe.RouterTap`) each micro-batch also backwards
+    ``coef x`` its share of the router load-balancing loss (each packed row's over its non-padding
+    tokens, weighted by its supervised tokens over the window's), and the stats gain ``aux_loss`` (the
+    window's token-weighted mean, without ``coef``; ``loss`` stays the NLL) and the step's expert load
+    (:meth:`~stages.moe.RouterTap.step_stats`)."""
     num_tokens = distributed.total(sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum())
                                        for b in micro_batches))
-    total = 0.0
+    total, aux_total = 0.0, 0.0
     for b in micro_batches:
-        nll, _ = packed_nll(model, b, chunk)
+        with nullcontext() if routers is None else routers.recording(packed_real_tokens(b["labels"],
+                                                                                        b["position_ids"])):
+            nll, _ = packed_nll(model, b, chunk)
         loss = nll / max(num_tokens, 1)
-        backward(loss)
         total += float(loss.detach())
-    return {"loss": distributed.total(total), "supervised_tokens": float(num_tokens)}
+        if routers is not None:
+            loss, aux = routers.add_aux(loss, b["input_ids"], sft_target_mask(b["labels"], b["position_ids"]).sum(1),
+                                        num_tokens)
+            aux_total += aux or 0.0
+        backward(loss)
+    stats = {"loss": distributed.total(total), "supervised_tokens": float(num_tokens)}
+    if routers is not None:
+        if routers.balancing_loss is not None:
+            stats["aux_loss"] = distributed.total(aux_total)
+        stats.update(routers.step_stats())
+    return stats
 
 
 def _pack_file(dataset: str | Path, split: str) -> Path:
@@ -212,7 +234,7 @@ class SFTStage:
                                             "micro_batch_size x grad_accum x ranks")
                 micro = [collate_packed(mine[i:i + cfg.micro_batch_size], pad) for i in range(0, per_rank,
                                                                                              cfg.micro_batch_size)]
-                stats = accumulate_sft(engine.model, engine.backward, micro, cfg.loss_chunk_tokens)
+                stats = accumulate_sft(engine.model, engine.backward, micro, cfg.loss_chunk_tokens, run.routers)
                 stats.update(engine.step())
                 dt = time.perf_counter() - t0
                 tokens = distributed.total(sum(b["input_ids"].numel() for b in micro))
