@@ -56,7 +56,8 @@ CODE = [
 ]
 # runner -> (dep, comment): code outside CODE that the runner (or its environment) runs
 RUNNER_CODE = {
-    "sft": [("packing/dataset.py", "packs, their document attention and loss masks"), ("packing/attention.py", ""), ("packing/isolation.py", ""),
+    "sft": [("packing/dataset.py", "packs, their document attention and loss masks"), ("packing/attention.py", ""),
+            ("packing/isolation.py", ""),
             ("packing/writer.py", ""), ("packing/plan.py", "")],
     "swe_rl": [("validators/swe", "sandboxed workspaces, tools and the execution reward"),
                ("corpora/swe_tools.py", "the agent's system prompt and tool declarations")],
