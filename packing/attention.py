@@ -161,7 +161,9 @@ def document_attention(model: torch.nn.Module) -> Iterator[None]:
     """Run ``model`` (a Hugging Face model, or a wrapper with ``.module``) with
     :func:`document_sdpa_forward` inside the block; its attention implementation is restored after.
 
-    Call the model with ``position_ids`` and no ``attention_mask``.
+    Call the model with ``position_ids`` and no ``attention_mask``. Blocks nest (each restores the
+    implementation it found); a backward that recomputes the forward (activation checkpointing) must
+    run inside one too.
     """
     from transformers import AttentionInterface
 

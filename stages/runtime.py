@@ -33,7 +33,7 @@ from stages.checkpoints import SCORES_FILE, load_checkpoint, write_record
 from stages.metrics import MetricsLog
 from stages.rollout import torch_threads
 from stages.state import fingerprint, latest_state, rng_file, save_state, set_rng_state
-from stages.train_engine import in_precision, make_train_engine, train_top_layers
+from stages.train_engine import checkpoint_activations, in_precision, make_train_engine, train_top_layers
 
 
 def seed_everything(seed: int) -> None:
@@ -151,6 +151,8 @@ class StageRun:
             model.to(self.device).train()
             if self.cfg.trainable_layers is not None:
                 self.counts["trainable_parameters"] = train_top_layers(model, self.cfg.trainable_layers)
+            if self.cfg.gradient_checkpointing:
+                checkpoint_activations(model)
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
                                             self.cfg.zero_stage, self.cfg.dtype)
             self.log_ = MetricsLog(Path(self.cfg.plots_dir) / f"{self.cfg.name}.csv", self.cfg.live_dir,

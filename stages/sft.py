@@ -118,15 +118,18 @@ def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]]
                    ) -> dict[str, float]:
     """Backward the SFT loss of one accumulation window (:func:`packed_nll`, LM head ``chunk`` tokens at a
     time); each micro-batch loss is divided by the supervised-token count of the window of every
-    data-parallel rank (all-reduced; every rank holds as many micro-batches). Returns the global window
-    ``loss`` (mean nats/token) and ``supervised_tokens``."""
+    data-parallel rank (all-reduced; every rank holds as many micro-batches). Each backward runs inside
+    the micro-batch's :func:`~packing.attention.document_attention` block, where activation checkpointing
+    (``gradient_checkpointing``) recomputes the forward. Returns the global window ``loss`` (mean
+    nats/token) and ``supervised_tokens``."""
     num_tokens = distributed.total(sum(int(sft_target_mask(b["labels"], b["position_ids"]).sum())
                                        for b in micro_batches))
     total = 0.0
     for b in micro_batches:
-        nll, _ = packed_nll(model, b, chunk)
-        loss = nll / max(num_tokens, 1)
-        backward(loss)
+        with document_attention(model):  # the backward too: activation checkpointing recomputes in it
+            nll, _ = packed_nll(model, b, chunk)
+            loss = nll / max(num_tokens, 1)
+            backward(loss)
         total += float(loss.detach())
     return {"loss": distributed.total(total), "supervised_tokens": float(num_tokens)}
 
