@@ -24,7 +24,7 @@ from packing.dataset import collate_packed
 from stages.logprobs import policy_batch, response_logprobs
 from stages.rollout import Rollouts
 from stages.sft import accumulate_sft, packed_nll
-from stages.train_engine import checkpoint_activations
+from stages.train_engine import checkpoint_activations, train_top_layers
 from tests import resume_job
 from tests.test_data_parallel import ENGINES, STEPS, _run
 from tests.tiny_lm import packed_row, tiny_llama, tiny_nemotron_h, tiny_qwen3_moe
@@ -73,6 +73,22 @@ def test_packed_sft_gradients_equal_with_checkpointing_on_and_off(build):
     assert out[True][0] == pytest.approx(out[False][0], abs=1e-6)
     assert max(float(g.abs().max()) for g in out[False][1].values()) > 1e-3  # real gradients
     assert _max_diff(out[True][1], out[False][1]) <= 1e-6
+
+
+def test_frozen_lower_layers_are_neither_recomputed_nor_given_gradients():
+    """``trainable_layers: 1`` of 2: the frozen layer saved nothing, so only the top one runs again."""
+    out = {}
+    for on in (False, True):
+        model = tiny_llama(VOCAB, seed=0, initializer_range=0.2)
+        train_top_layers(model, 1)
+        if on:
+            checkpoint_activations(model)
+        calls = _layer_calls(model)
+        accumulate_sft(model, lambda loss: loss.backward(), _packs()[1:], chunk=16)
+        out[on] = _grads(model), calls[0]
+    assert (out[False][1], out[True][1]) == (2, 3)
+    assert all(k.startswith(("model.layers.1.", "model.norm.")) for k in out[True][0])
+    assert _max_diff(out[True][0], out[False][0]) <= 1e-6
 
 
 def test_a_backward_outside_the_document_attention_block_is_refused_under_checkpointing():
