@@ -159,10 +159,14 @@ RUNS = [pytest.param(runner, engine, id=f"{runner}-{engine}",
 
 
 @pytest.mark.parametrize(("runner", "engine"), RUNS)
-def test_a_stage_run_with_checkpointing_ends_with_the_weights_of_one_without(runner, engine, data, tmp_path):
+def test_a_stage_run_with_checkpointing_ends_with_the_weights_of_one_without(runner, engine, data, tmp_path,
+                                                                            monkeypatch):
     """2 optimizer steps at lr 1e-3 (tests/test_data_parallel.py's STEPS): the torch engine in this
-    process, DeepSpeed ZeRO-3 in a process of its own per run."""
+    process (where the run is seen to enable checkpointing on its policy), DeepSpeed ZeRO-3 in a
+    process of its own per run."""
     over = {**STEPS, **SINGLE[runner], **ENGINES[engine]}
+    enabled = []
+    monkeypatch.setattr("stages.runtime.checkpoint_activations", lambda m: enabled.append(checkpoint_activations(m)))
     for on in (False, True):
         if engine == "torch":
             resume_job.run(runner, data, tmp_path / str(on), gradient_checkpointing=on, **over)
@@ -174,3 +178,4 @@ def test_a_stage_run_with_checkpointing_ends_with_the_weights_of_one_without(run
     assert max(float((want[k] - init[k]).abs().max()) for k in want) > 1e-4  # the weights moved
     worst = max(float((got[k] - want[k]).abs().max()) for k in got)
     assert worst <= 1e-6, worst
+    assert len(enabled) == (engine == "torch")  # once, in the checkpointing run
