@@ -77,6 +77,10 @@ class StageConfig(BaseModel):
     # bias update rate gamma of e_score_correction_bias after every step (0: the bias stays as loaded)
     router_aux_loss_coef: float | None = Field(None, ge=0)
     router_bias_update_rate: float = Field(0.0, ge=0)
+    # activation checkpointing of the trained policy's decoder layers (stages.train_engine.checkpoint_activations):
+    # one more forward per backward for activations of one layer at a time; the RL losses then score
+    # rollouts without sharing prompt forwards (checkpointed layers build no KV cache)
+    gradient_checkpointing: bool = False
     loss_chunk_tokens: int = Field(4096, ge=1)  # tokens per LM-head chunk of the losses (stages/lm_head.py)
     save_every: int = Field(10, ge=0)  # training state every N optimizer steps and at the last (0: last only)
     keep_last: int = Field(2, ge=1)    # training states kept (stages/state.py)

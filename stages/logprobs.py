@@ -8,6 +8,7 @@ every scorer of rollouts (the policy, the KL reference, MOPD's teachers) starts 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 from stages import distributed
 from stages.lm_head import final_hidden_states, head_logprobs, head_weight, model_device, partitioned
 from stages.rollout import Rollouts
-from stages.train_engine import compute_dtype
+from stages.train_engine import compute_dtype, recomputes_layers
 
 
 def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
@@ -53,6 +54,8 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     the ``B`` rows (differentiably: gradients flow back into the prompt forward), and only the
     responses run per row; token for token the same log-probs and gradients as one forward over
     ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens instead of ``B * (P + R)``.
+    A model that recomputes its layers in the backward (activation checkpointing in training mode,
+    :func:`stages.train_engine.recomputes_layers`) builds no KV cache: it never shares (warned once).
 
     Under DeepSpeed ZeRO-3 (partitioned parameters, gathered inside module calls, each call a
     collective every rank must make the same number of times) the ranks share prompts only when all of
@@ -66,6 +69,10 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     scored = batch["response_mask"].bool()
     prompts, inverse = torch.unique(ids[:, :p_w], dim=0, return_inverse=True)
     share = share_prompts and len(prompts) < len(ids) and r_w > 1
+    if share and recomputes_layers(model):
+        warnings.warn("gradient_checkpointing: the policy's rollouts are scored without the prompt-shared forward "
+                      "(checkpointed layers build no KV cache in training mode)", stacklevel=2)
+        share = False
     if partitioned(head_weight(model)):
         share = distributed.all_true(share)
     if not share:

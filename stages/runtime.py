@@ -34,7 +34,7 @@ from stages.metrics import MetricsLog
 from stages.moe import router_tap
 from stages.rollout import torch_threads
 from stages.state import fingerprint, latest_state, rng_file, save_state, set_rng_state
-from stages.train_engine import in_precision, make_train_engine, train_top_layers
+from stages.train_engine import checkpoint_activations, in_precision, make_train_engine, train_top_layers
 
 
 def seed_everything(seed: int) -> None:
@@ -154,6 +154,8 @@ class StageRun:
             model.to(self.device).train()
             if self.cfg.trainable_layers is not None:
                 self.counts["trainable_parameters"] = train_top_layers(model, self.cfg.trainable_layers)
+            if self.cfg.gradient_checkpointing:
+                checkpoint_activations(model)
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
                                             self.cfg.zero_stage, self.cfg.dtype)
             self.routers = router_tap(self.engine.model, self.cfg.router_aux_loss_coef,

@@ -124,8 +124,9 @@ def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]]
                    routers: RouterTap | None = None) -> dict[str, float]:
     """Backward the SFT loss of one accumulation window (:func:`packed_nll`, LM head ``chunk`` tokens at a
     time); each micro-batch loss is divided by the supervised-token count of the window of every
-    data-parallel rank (all-reduced; every rank holds as many micro-batches). Returns the global window
-    ``loss`` (mean nats/token) and ``supervised_tokens``.
+    data-parallel rank (all-reduced; every rank holds as many micro-batches). Each backward runs inside
+    the micro-batch's :func:`~packing.isolation.document_isolation` block, as its forward. Returns the
+    global window ``loss`` (mean nats/token) and ``supervised_tokens``.
 
     With ``routers`` (an MoE policy, :class:`stages.moe.RouterTap`) each micro-batch also backwards
     ``coef x`` its share of the router load-balancing loss (each packed row's over its non-padding
@@ -136,16 +137,17 @@ def accumulate_sft(model, backward, micro_batches: list[dict[str, torch.Tensor]]
                                        for b in micro_batches))
     total, aux_total = 0.0, 0.0
     for b in micro_batches:
-        with nullcontext() if routers is None else routers.recording(packed_real_tokens(b["labels"],
-                                                                                        b["position_ids"])):
-            nll, _ = packed_nll(model, b, chunk)
-        loss = nll / max(num_tokens, 1)
-        total += float(loss.detach())
-        if routers is not None:
-            loss, aux = routers.add_aux(loss, b["input_ids"], sft_target_mask(b["labels"], b["position_ids"]).sum(1),
-                                        num_tokens)
-            aux_total += aux or 0.0
-        backward(loss)
+        with document_isolation(model):  # the backward too (it may recompute the forward)
+            with nullcontext() if routers is None else routers.recording(packed_real_tokens(b["labels"],
+                                                                                            b["position_ids"])):
+                nll, _ = packed_nll(model, b, chunk)
+            loss = nll / max(num_tokens, 1)
+            total += float(loss.detach())
+            if routers is not None:
+                loss, aux = routers.add_aux(loss, b["input_ids"],
+                                            sft_target_mask(b["labels"], b["position_ids"]).sum(1), num_tokens)
+                aux_total += aux or 0.0
+            backward(loss)
     stats = {"loss": distributed.total(total), "supervised_tokens": float(num_tokens)}
     if routers is not None:
         if routers.balancing_loss is not None:

@@ -94,6 +94,39 @@ def train_top_layers(model: torch.nn.Module, n: int) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def checkpoint_activations(model: torch.nn.Module) -> None:
+    """Activation checkpointing (``gradient_checkpointing: true``): ``model``'s decoder layers keep only
+    their inputs in the forward and are run again in the backward (HF
+    ``gradient_checkpointing_enable``), trading one more forward for activations of one layer at a time.
+
+    Non-reentrant (``torch.utils.checkpoint`` with ``use_reentrant=False``): it works under DeepSpeed
+    ZeRO-3 (the recompute's module calls gather their parameters like any forward) and with frozen
+    lower layers (``trainable_layers``: no input needs a gradient), so HF's hook that makes the
+    embeddings' output require grad (needed by reentrant checkpointing only) is removed again and the
+    backward still stops at the lowest trainable layer. :func:`packing.isolation.recompute_context` is
+    the recompute's ``context_fn``: packed documents stay isolated in the recompute.
+
+    Checkpointed layers in training mode drop ``past_key_values`` / ``use_cache``, so a training forward
+    cannot build a KV cache (:func:`stages.logprobs.response_logprobs` then does not share prompts).
+
+    Raises:
+        ValueError: the model does not support gradient checkpointing (transformers' message).
+    """
+    from packing.isolation import recompute_context
+
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False,
+                                                                       "context_fn": recompute_context})
+    model.disable_input_require_grads()
+
+
+def recomputes_layers(model: Any) -> bool:
+    """Whether a forward of ``model`` (an HF module or a wrapper of one) runs checkpointed layers: it is
+    in training mode with activation checkpointing on (:func:`checkpoint_activations`), so its layers
+    ignore ``past_key_values`` / ``use_cache`` (transformers' ``GradientCheckpointingLayer``)."""
+    module = getattr(model, "module", model)
+    return module.training and getattr(module, "is_gradient_checkpointing", False)
+
+
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     """torch AdamW over ``model``'s trainable parameters and its cosine schedule.
 
