@@ -297,7 +297,8 @@ class HFRolloutEngine:
             position_ids = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
             self.model(input_ids=input_ids[:, :-1], attention_mask=prefix_mask, position_ids=position_ids,
                        past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache.batch_repeat_interleave(n)
+            # every layer's batch rows n times: attention keys/values and recurrent (Mamba conv, SSM) states
+            cache.reorder_cache(torch.arange(len(prompts), device=input_ids.device).repeat_interleave(n))
         recorder = SampledLogprobs()
         processors = LogitsProcessorList()
         if not greedy:  # our warpers run before the recorder; generate's own are neutralized below
