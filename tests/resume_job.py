@@ -25,17 +25,18 @@ class ParityReward:
         return [(float(len(r) % 2 == 0), len(r) % 2 == 0) for r in responses]
 
 
-def prepare(data: Path) -> None:
-    """Write the init model (tiny Llama, SmolLM2 tokenizer), a teacher, RL prompts, packs and SWE tasks."""
+def prepare(data: Path, family: str = "llama") -> None:
+    """Write the init model (a tiny ``family`` of :data:`tests.tiny_lm.FAMILIES`, SmolLM2 tokenizer), a
+    teacher of the same family, RL prompts, packs and SWE tasks."""
     from common.io import write_parquet
     from packing.writer import assemble_pack, write_packs
     from tests.rows import rl_table
     from tests.swe_rows import build_set
-    from tests.tiny_lm import smollm2_tokenizer, tiny_llama
+    from tests.tiny_lm import FAMILIES, smollm2_tokenizer
 
     tok = smollm2_tokenizer()
     for name, seed in (("init", 0), ("teacher", 1)):
-        tiny_llama(len(tok), seed=seed, initializer_range=0.5).save_pretrained(data / name)
+        FAMILIES[family](len(tok), seed=seed, initializer_range=0.5).save_pretrained(data / name)
         tok.save_pretrained(data / name)
     table = rl_table(["Say yes.", "Say no.", "Name a colour.", "Count to three.", "Greet me."])
     for split in ("train", "validation"):
