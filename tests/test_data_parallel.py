@@ -89,16 +89,16 @@ def test_two_ranks_train_what_one_process_trains(runner, engine, data, one_proce
     assert_two_ranks_match(runner, data, one_process(runner), tmp_path, engine)
 
 
-def assert_two_ranks_match(runner: str, data: Path, one: Path, two: Path, label: str) -> None:
+def assert_two_ranks_match(runner: str, data: Path, one: Path, two: Path, label: str, moved: float = 1e-3) -> None:
     """The 2-rank run in ``two`` trained what the one-process run in ``one`` trained (module docstring): equal
-    final weights (and moved), metrics and per-domain validation; the ranks split the prompts; rank 0 alone
-    published."""
+    final weights (moved by more than ``moved`` from init), metrics and per-domain validation (timings
+    apart); the ranks split the prompts; rank 0 alone published."""
     name = f"resume_{runner}"
     got = load_file(two / "ckpt" / name / "model.safetensors")
     want = load_file(one / "ckpt" / name / "model.safetensors")
     init = load_file(data / "init" / "model.safetensors")
     assert got.keys() == want.keys()
-    assert max(float((got[k] - init[k]).abs().max()) for k in got) > 1e-3  # the weights moved
+    assert max(float((got[k] - init[k]).abs().max()) for k in got) > moved  # the weights moved
     worst = max(float((got[k] - want[k]).abs().max()) for k in got)
     print(f"{runner} {label}: max |2 ranks - 1 process| = {worst:.3g}")
     assert worst <= 1e-5, worst
@@ -112,7 +112,8 @@ def assert_two_ranks_match(runner: str, data: Path, one: Path, two: Path, label:
     one_summary, two_summary = (json.loads((out / "metrics" / f"{name}.json").read_text()) for out in (one, two))
     assert two_summary["validation"].keys() == one_summary["validation"].keys()
     for domain, block in one_summary["validation"].items():  # rank 0's greedy answers: the one-process numbers
-        assert two_summary["validation"][domain] == pytest.approx(block, rel=1e-4, abs=1e-6), domain
+        block = {k: v for k, v in block.items() if not k.endswith("_s")}
+        assert {k: two_summary["validation"][domain][k] for k in block} == pytest.approx(block, rel=1e-4, abs=1e-6)
     one_rows, two_rows = one_summary["final"], two_summary["final"]
     keys = {"loss", "kl", "val_loss", "reward_mean", "response_tokens", "trained_samples", "supervised_tokens"}
     assert keys & set(one_rows) <= set(two_rows)
