@@ -53,12 +53,13 @@ CODE = [
     ("common/io.py", ""),
     ("common/plugins.py", ""),
     ("common/paths.py", "where the sets are (stages/datasets.py)"),
+    ("packing/attention.py", "packed documents isolated (activation checkpointing's recompute)"),
+    ("packing/isolation.py", ""),
 ]
 # runner -> (dep, comment): code outside CODE that the runner (or its environment) runs
 RUNNER_CODE = {
-    "sft": [("packing/dataset.py", "packs, their document attention and loss masks"), ("packing/attention.py", ""),
-            ("packing/isolation.py", ""),
-            ("packing/writer.py", ""), ("packing/plan.py", "")],
+    "sft": [("packing/dataset.py", "packs and their loss masks"), ("packing/writer.py", ""),
+            ("packing/plan.py", "")],
     "swe_rl": [("validators/swe", "sandboxed workspaces, tools and the execution reward"),
                ("corpora/swe_tools.py", "the agent's system prompt and tool declarations")],
 }
