@@ -266,13 +266,17 @@ class DeepSpeedEngine:
         offload = self.model.optimizer.parameter_offload
         for p in self.module.parameters():
             p.ds_active_sub_modules.clear()
-        for hook in offload.forward_hooks + offload.backward_hooks:
+        # the top module's start-of-forward hook too: its reset_step is a collective, which deadlocks where
+        # one rank alone runs forwards (rank-0 validation) or ranks decode different numbers of steps
+        start_of_forward = offload.module._forward_pre_hooks[offload.fwd_pre_hook.id]
+        for hook in [offload.fwd_pre_hook, *offload.forward_hooks, *offload.backward_hooks]:
             hook.remove()
         offload.forward_hooks, offload.backward_hooks = [], []
         try:
             with deepspeed.zero.GatheredParameters(list(self.module.parameters())):
                 yield
         finally:
+            offload.fwd_pre_hook = offload.module.register_forward_pre_hook(start_of_forward)
             offload._register_deepspeed_module(offload.module)  # also invalidates the prefetch trace
 
     def save(self, path: str | Path) -> None:

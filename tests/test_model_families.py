@@ -101,8 +101,14 @@ def test_hf_engine_shared_prefill_generates_what_per_sample_prefills_generate(fa
 
 RUNNERS = ["sft", "grpo", "mopd", "swe_rl"]
 SWE = {"prompts_per_step": 2, "group_size": 2, "micro_batch_size": 2}  # 2 ranks split the 2 tasks of a step
-# every case slow: one takes 1-5 min on 2 shared cores (data, a one-process run, then torchrun with 2 ranks)
-CASES = [pytest.param(family, runner, engine, id=f"{family}-{runner}-{engine}", marks=pytest.mark.slow)
+# Open (issue #34): Qwen3-MoE's RL step under ZeRO-3 on 2 ranks stops in DeepSpeed's gradient bucketing
+# (stage3.py __reduce_and_partition_ipg_grads: `assert len(set(p.ds_id ...)) == len(params_in_bucket)`, a
+# parameter's gradient reduced twice in one backward); its SFT step and NemotronH's RL steps pass. The
+# prompt-shared forward is the trigger: with sharing off the same 2-rank GRPO run completes (measured)
+OPEN = pytest.mark.xfail(strict=True, reason="Qwen3-MoE RL step under ZeRO-3: DeepSpeed reduces a gradient twice")
+# every case slow: one takes 1-6 min on 2 shared cores (data, a one-process run, then torchrun with 2 ranks)
+CASES = [pytest.param(family, runner, engine, id=f"{family}-{runner}-{engine}", marks=[pytest.mark.slow] + (
+                      [OPEN] if (family, engine) == ("qwen3_moe", "zero3") and runner != "sft" else []))
          for family in ("nemotron_h", "qwen3_moe") for runner in RUNNERS for engine in ("torch", "zero3")]
 
 
