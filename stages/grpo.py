@@ -51,6 +51,7 @@ class GRPOConfig(StageConfig):
     track_kl: bool = False                          # log `kl` to the initial policy without a KL term (one
                                                     # more no-grad forward of it per micro-batch)
     dynamic_filtering: bool = True
+    share_prompts: bool = True  # score a prompt's rollouts from one prompt forward (stages.logprobs.response_logprobs)
     mask_truncated: bool = True
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     environment: str = Field("verifiers", json_schema_extra={"plugin": "environments"})

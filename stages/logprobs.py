@@ -18,6 +18,7 @@ from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 from stages import distributed
 from stages.lm_head import final_hidden_states, head_logprobs, head_weight, model_device, partitioned
+from stages.moe import routers
 from stages.rollout import Rollouts
 from stages.train_engine import compute_dtype, recomputes_layers
 
@@ -48,7 +49,8 @@ def policy_batch(rollouts: Rollouts, indices: list[int], pad_id: int) -> dict[st
 # conv/SSM state: equal log-probs and gradients shared and unshared (tests/test_model_families.py). Not
 # Jamba: its Mamba-1 torch scan restarts from a zero state on any multi-token forward (transformers 5.19).
 CONTINUES_RECURRENT_CACHE = frozenset({"nemotron_h", "granitemoehybrid"})
-_warned: set[str] = set()
+ZERO3_SHARES_MOE = frozenset({"nemotron_h"})  # MoE families whose shared forward trains under ZeRO-3
+_warned: set[Any] = set()
 
 
 def can_share_prompts(model: Any) -> bool:
@@ -64,6 +66,22 @@ def can_share_prompts(model: Any) -> bool:
         warnings.warn(f"share_prompts off for model type {config.model_type!r}: its recurrent cache layers are not "
                       "known to continue a multi-token forward from a cached state (stages.logprobs."
                       "CONTINUES_RECURRENT_CACHE); each rollout runs its prompt itself", stacklevel=2)
+    return False
+
+
+def zero3_can_share(model: Any) -> bool:
+    """Whether the prompt-shared forward may run on ``model`` under DeepSpeed ZeRO-3: a dense model, or an
+    MoE family in :data:`ZERO3_SHARES_MOE`. Measured on 2 ranks (tests/test_model_families.py): Qwen3-MoE's
+    experts (3-D weights indexed per routed expert) run in both forwards of the shared path get a gradient
+    DeepSpeed reduces twice in one backward (``stage3.py``: ``len(set(p.ds_id ...)) ==
+    len(params_in_bucket)`` fails); NemotronH's train. Warns once per model type where it may not."""
+    hf = getattr(model, "module", model)
+    if not routers(hf) or hf.config.model_type in ZERO3_SHARES_MOE:
+        return True
+    if ("zero3", hf.config.model_type) not in _warned:
+        _warned.add(("zero3", hf.config.model_type))
+        warnings.warn(f"share_prompts off for model type {hf.config.model_type!r} under DeepSpeed ZeRO-3: its "
+                      "experts' gradients would be reduced twice (stages.logprobs.ZERO3_SHARES_MOE)", stacklevel=2)
     return False
 
 
@@ -101,7 +119,7 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
                       "(checkpointed layers build no KV cache in training mode)", stacklevel=2)
         share = False
     if partitioned(head_weight(model)):
-        share = distributed.all_true(share)
+        share = distributed.all_true(share and zero3_can_share(model))
     if not share:
         hidden, _ = final_hidden_states(model, input_ids=ids, attention_mask=mask, position_ids=pos)
         hidden = hidden[:, p_w - 1:-1]  # position t scores the token at t + 1

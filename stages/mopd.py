@@ -59,6 +59,7 @@ class MOPDConfig(StageConfig):
     teacher_metric: str = "reward"                 # validation metric that ranks default teachers
     teacher_memory_mb: float = Field(0.0, ge=0)    # teachers kept loaded together (0: one at a time)
     mask_truncated: bool = False                   # a truncated response still has per-token signal
+    share_prompts: bool = True  # score a prompt's rollouts from one prompt forward (stages.logprobs.response_logprobs)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # recipe: temperature 1, top-p 1
     # scores validation and the samples' reward curve (not trained on)
     environment: str = Field("verifiers", json_schema_extra={"plugin": "environments"})

@@ -161,8 +161,8 @@ def micro_batches(indices: list[int], size: int) -> list[tuple[list[int], float]
 
 def accumulate(model: Callable[..., Any], backward: Callable[[torch.Tensor], None], experience: Experience,
                indices: list[int], algorithm: Algorithm, micro_batch_size: int, pad_id: int,
-               temperature: float = 1.0, chunk_tokens: int = 4096, routers: RouterTap | None = None
-               ) -> dict[str, Any]:
+               temperature: float = 1.0, chunk_tokens: int = 4096, routers: RouterTap | None = None,
+               share_prompts: bool = True) -> dict[str, Any]:
     """Backward ``algorithm``'s loss of samples ``indices`` in micro-batches of ``micro_batch_size``.
 
     The trained tokens (response tokens where the experience's loss mask is 1) and samples of all
@@ -192,7 +192,7 @@ def accumulate(model: Callable[..., Any], backward: Callable[[torch.Tensor], Non
         for row, i in enumerate(chunk):
             mask[row, :len(masks[i])] &= torch.tensor(masks[i], dtype=torch.bool)
         with nullcontext() if routers is None else routers.recording():
-            lp = response_logprobs(model, batch, temperature, chunk=chunk_tokens)
+            lp = response_logprobs(model, batch, temperature, share_prompts, chunk=chunk_tokens)
         mask = mask.to(lp.device)
         loss, stats = algorithm.loss(lp, mask, chunk, batch, window)
         main, aux = loss, None
@@ -336,7 +336,7 @@ class OnPolicyLoop:
             stats.update(optimizer_step(run, self.rollout, indices, partial(
                 accumulate, run.engine.model, run.engine.backward, exp, indices, self.algorithm,
                 cfg.micro_batch_size, self.rollout.pad, cfg.sampling.temperature, cfg.loss_chunk_tokens,
-                run.routers)))
+                run.routers, cfg.share_prompts)))
             stats["step_s"] = time.perf_counter() - t0
             if "response_tokens" in stats:
                 stats["tokens_per_s"] = stats["response_tokens"] * len(exp.rollouts) * distributed.world_size() \
