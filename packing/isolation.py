@@ -10,7 +10,8 @@ A pack holds several documents in one row; ``position_ids`` restart at 0 at each
   with ``mamba-ssm`` and ``causal-conv1d`` installed, a Mamba-2 mixer of a family whose
   transformers code forwards keyword arguments to the kernels (:data:`SEQ_IDX_MIXERS`) gets the
   document index per token (``seq_idx``, int32 ``[B, T]``, as Megatron-Bridge and SkyRL pass it) and the
-  kernels reset the state; everywhere else (the PyTorch reference scan) the mixer runs once per document.
+  kernels reset the state; everywhere else (the PyTorch reference scan) the mixer runs once on the
+  documents as rows of their own (:func:`document_batch`).
 
 The document boundaries come from the ``position_ids`` the model is called with (captured by a
 forward pre-hook on the model), so an attention or mixer layer that is not given them (GraniteMoeHybrid's
@@ -80,8 +81,33 @@ def _kernels_take_seq_idx(mixer: torch.nn.Module, hidden: torch.Tensor) -> bool:
             and importlib.util.find_spec("causal_conv1d") is not None)
 
 
+def document_batch(position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The documents of a packed batch as rows of their own, right-padded.
+
+    Args:
+        position_ids: int64 ``[B, T]``, 0 at each document start.
+    Returns:
+        ``(index, valid)``: int64 ``[D, L]`` positions into the flattened ``[B * T]`` tokens (``D``
+        documents, ``L`` the longest; padding points at the document's first token) and bool ``[D, L]``
+        (True on real tokens); ``x.reshape(B * T, ...)[index][valid]`` is ``x`` flattened, in order.
+    """
+    b, t = position_ids.shape
+    starts = (position_ids == 0).clone()
+    starts[:, 0] = True
+    first = starts.reshape(-1).nonzero().flatten()
+    lengths = torch.diff(first, append=first.new_tensor([b * t]))
+    offsets = torch.arange(int(lengths.max()), device=position_ids.device)
+    valid = offsets[None] < lengths[:, None]
+    index = first[:, None] + torch.where(valid, offsets[None], 0)
+    return index, valid
+
+
 def _isolated(mixer: torch.nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
-    """``mixer``'s ``forward`` run per document of each row while an isolation is in force (no cache)."""
+    """``mixer``'s ``forward`` run on each document alone while an isolation is in force (no cache): the
+    documents of the batch become rows of their own, right-padded and masked (:func:`document_batch`), in
+    ONE call of the mixer, so every rank makes the same module calls whatever its documents (under
+    DeepSpeed ZeRO-3 each call gathers parameters collectively). Causal mixers: the padding after a
+    document changes none of its outputs. Memory: ``documents x longest document`` tokens per mixer."""
     signature = inspect.signature(forward)
 
     def isolated_forward(*args: Any, **kwargs: Any) -> Any:
@@ -101,16 +127,12 @@ def _isolated(mixer: torch.nn.Module, forward: Callable[..., Any]) -> Callable[.
         mask = bound.arguments.get("attention_mask")
         mask = mask if isinstance(mask, torch.Tensor) and mask.shape == hidden.shape[:2] else None
         rest = {k: v for k, v in bound.arguments.items() if k not in ("hidden_states", "attention_mask")}
-        extra = rest.pop("kwargs", {})
-        rows = []
-        for row in range(hidden.shape[0]):
-            ends = torch.searchsorted(docs[row], torch.arange(1, int(docs[row, -1]) + 1, device=docs.device),
-                                      right=True).tolist()
-            pieces = [forward(hidden_states=hidden[row:row + 1, s:e], **rest, **extra,
-                              attention_mask=None if mask is None else mask[row:row + 1, s:e])
-                      for s, e in zip([0, *ends[:-1]], ends, strict=True)]
-            rows.append(torch.cat(pieces, dim=1))
-        return torch.cat(rows, dim=0)
+        rest.update(rest.pop("kwargs", {}))
+        index, valid = document_batch(position_ids.to(hidden.device))
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        docs_mask = valid if mask is None else valid & mask.reshape(-1)[index].bool()
+        out = forward(hidden_states=flat[index], **rest, attention_mask=docs_mask.to(hidden.dtype))
+        return out[valid].view(*hidden.shape[:2], out.shape[-1])
 
     return isolated_forward
 

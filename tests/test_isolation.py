@@ -102,3 +102,14 @@ def test_a_model_called_without_position_ids_is_refused():
         model(input_ids=ids, use_cache=False)
     with document_isolation(model), pytest.raises(ValueError, match="use_cache=False"):
         model(input_ids=ids, position_ids=pos, use_cache=True)
+
+
+def test_document_batch_puts_each_document_in_a_row_of_its_own():
+    from packing.isolation import document_batch
+
+    pos = torch.tensor([[0, 1, 2, 0, 1], [0, 1, 2, 3, 0]])
+    index, valid = document_batch(pos)
+    assert index.tolist() == [[0, 1, 2, 0], [3, 4, 3, 3], [5, 6, 7, 8], [9, 9, 9, 9]]
+    assert valid.sum(1).tolist() == [3, 2, 4, 1]
+    x = torch.arange(10)
+    assert torch.equal(x[index][valid], x)  # back in order
