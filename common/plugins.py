@@ -22,6 +22,7 @@ kind                     what the entry point names                           us
 ``distillation_losses``  a ``stages.losses.DistillationLossFn``               MOPD
 ``adapters``             ``fn(raw, spec, root) -> row(s)`` (``adapter:``)     ``cascade ingest``
 ``domains``              the ``Verifier`` subclass grading an RL domain       schema, build, synthesis
+``nemo_gym_agents``      a ``corpora.nemo_gym.NemoGymAgent`` (upstream name)   NeMo-Gym rows: ingest, verify
 =======================  ===================================================  =============================
 
 The RL domains are the names of the ``domains`` group: the schema accepts exactly those (read from
@@ -42,7 +43,7 @@ from typing import Any
 SINGULAR = {"verifiers": "verifier", "stages": "stage runner", "rollout_engines": "rollout engine",
             "train_engines": "train engine", "environments": "environment", "advantages": "advantage estimator",
             "policy_losses": "policy loss", "distillation_losses": "distillation loss",
-            "adapters": "adapter", "domains": "RL domain"}
+            "adapters": "adapter", "domains": "RL domain", "nemo_gym_agents": "NeMo-Gym agent"}
 KINDS = tuple(SINGULAR)
 
 

@@ -289,16 +289,51 @@ _FILE_READERS: dict[str, Callable[[Path, int], Iterator[RawRecord]]] = {
 }
 
 
+#: The key under which a ``json_lines`` Hub source hands each row's exact JSON line to its adapter.
+UPSTREAM_LINE = "_upstream_line"
+
+
+def _json_lines(spec: SourceSpec, kwargs: dict[str, Any], max_bytes: int) -> Iterator[RawRecord]:
+    """Rows of ``<path>/<hf_config>/<split>*.jsonl`` read as text lines (``datasets``' ``text`` builder), each
+    decoded here with its exact line under :data:`UPSTREAM_LINE`; ids ``<config>:<split>:<line>``."""
+    from datasets import load_dataset
+
+    local = Path(spec.path).is_dir()
+    root = spec.path if local else f"hf://datasets/{spec.path}@{spec.options.get('revision') or 'main'}"
+    split = kwargs["split"]
+    files = f"{root}/{spec.hf_config}/{split}*.jsonl" if spec.hf_config else f"{root}/{split}*.jsonl"
+    ds = load_dataset("text", data_files={split: files}, split=split)
+    for i, line in enumerate(ds["text"]):
+        rid = f"{spec.hf_config or 'default'}:{kwargs['split']}:{i}"
+        size = len(line.encode("utf-8"))
+        if size > max_bytes:
+            yield _too_large(rid, size, line[:_PREVIEW].encode(), max_bytes)
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield RawRecord(rid, line[:_PREVIEW], f"invalid record: not a JSON line ({exc.msg})")
+            continue
+        yield RawRecord(rid, {**row, UPSTREAM_LINE: line} if isinstance(row, dict) else row)
+
+
 def read_hf(spec: SourceSpec, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[RawRecord]:
     """Rows of a Hugging Face dataset through ``datasets.load_dataset``.
 
     ``spec.path`` is a Hub id (``nvidia/Nemotron-Cascade-2-SFT-Data``) or a local
     directory / data-file pattern of the same layout; ``options.revision`` pins
     a Hub revision. Rows over ``max_bytes`` (as JSON) come back as rejects.
+    ``options.json_lines: true`` reads a config's ``<hf_config>/<split>*.jsonl`` files line by line
+    (:func:`_json_lines`): Arrow's JSON reader would pad every object with the union of keys and
+    fail on a field that is an object in one row and a string in another (NeMo-Gym's ``kwargs``),
+    and the exact lines are what a NeMo-Gym export writes back.
     """
     from datasets import load_dataset
 
     kwargs: dict[str, Any] = {"split": spec.split or "train"}
+    if spec.options.get("json_lines"):
+        yield from _json_lines(spec, kwargs, max_bytes)
+        return
     if spec.options.get("revision"):
         kwargs["revision"] = spec.options["revision"]
     fmt = spec.options.get("data_format")

@@ -59,8 +59,13 @@ class RecordError(ValueError):
     """A record cannot be brought into the canonical schema.
 
     The message names the field (``messages[2].role``) and the problem; ingest
-    writes it as the reject ``reason``.
+    writes it as the reject ``reason``, after ``category`` (the rejects' group-by key:
+    ``invalid record`` unless the raiser names a finer one, e.g. ``no_ground_truth``).
     """
+
+    def __init__(self, message: str, category: str = "invalid record"):
+        super().__init__(message)
+        self.category = category
 
 
 # ---------------------------------------------------------------- arrow schemas

@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     verl.add_argument("release", help="RL release directory (release/rl) or Hub dataset id")
     verl.add_argument("config", help="RL set, e.g. math or multi_domain")
     verl.add_argument("out", help="output directory")
+    gym = sub.add_parser("nemo_gym", help="write an RL release config as NeMo-Gym JSON lines OUT/<config>/<split>.jsonl "
+                         "(curation/trainer_layouts.py; rewards: validators/rewards/nemo_gym.py)")
+    gym.add_argument("release", help="RL release directory (release/rl) or Hub dataset id")
+    gym.add_argument("config", help="RL set, e.g. math or multi_domain")
+    gym.add_argument("out", help="output directory")
     from stages.solve import add_arguments as solve_arguments
 
     solve_arguments(sub.add_parser("solve", help="test-time generate-verify-refine on an RL set (stages/solve.py)"))
@@ -123,16 +128,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cascade preset: error: {exc}", file=sys.stderr)
             return 1
         return 0
-    if args.command == "verl":
-        from curation.trainer_layouts import write_verl
+    if args.command in ("verl", "nemo_gym"):
+        from curation.trainer_layouts import write_nemo_gym, write_verl
 
         try:
-            counts = write_verl(args.release, args.config, args.out)
+            counts = (write_verl if args.command == "verl" else write_nemo_gym)(args.release, args.config, args.out)
         except (FileNotFoundError, ValueError) as exc:
-            print(f"cascade verl: error: {exc}", file=sys.stderr)
+            print(f"cascade {args.command}: error: {exc}", file=sys.stderr)
             return 1
         for split, n in counts.items():
-            print(f"{Path(args.out) / f'{split}.parquet'}: {n} rows")
+            where = f"{split}.parquet" if args.command == "verl" else f"{args.config}/{split}.jsonl"
+            print(f"{Path(args.out) / where}: {n} rows")
         return 0
     if args.command == "stages":
         from stages.cli import describe_stages

@@ -130,7 +130,7 @@ def ingest_source(spec: SourceSpec, root: Path, rejects: Rejects,
             partials = partial if isinstance(partial, list) else [partial]
             rows = [finalize_row(p, spec, raw.record_id, i) for i, p in enumerate(partials)]
         except RecordError as exc:
-            rejects.add(spec.name, raw.record_id, f"invalid record: {exc}", raw.data)
+            rejects.add(spec.name, raw.record_id, f"{exc.category}: {exc}", raw.data)
             continue
         except Exception as exc:  # an adapter bug: fail naming the record, never a bare traceback
             raise SourceError(f"source {spec.name!r}: adapter {spec.adapter!r} broke on record {raw.record_id} "

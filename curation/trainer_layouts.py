@@ -1,4 +1,4 @@
-"""The releases in other trainers' dataset layouts: TRL's ``GRPOTrainer`` / ``SFTTrainer`` and verl.
+"""The releases in other trainers' dataset layouts: TRL's ``GRPOTrainer`` / ``SFTTrainer``, verl, NeMo-Gym.
 
 - **TRL GRPOTrainer**: :func:`load_for_trl` loads an RL release config as a conversational ``prompt``
   dataset: every row keeps all its columns (``agent_ref``, ``ground_truth``, ``kwargs``... which
@@ -15,13 +15,20 @@
   per domain), ``ability``, ``reward_model`` ``{"style": "rule", "ground_truth"}`` and ``extra_info``
   (the rest of the row, read back by :mod:`validators.rewards.verl`).
 
-Both trainers render every prompt of a run with one set of tools (TRL: the trainer's ``tools``), not
+- **NeMo-Gym / NeMo-RL**: :func:`write_nemo_gym` (``cascade nemo_gym RELEASE CONFIG OUT``) writes
+  ``OUT/<config>/<split>.jsonl``, NVIDIA's own layout, which NeMo-RL's NeMo-Gym dataset reads whole
+  (:func:`nemo_gym_line`): a row ingested from a NeMo-Gym release is its upstream line, byte for byte;
+  any other row gets ``agent_ref`` ``{"type": "responses_api_agents", "name": <its verifier>}``, graded
+  by this package's verify server (:mod:`validators.rewards.nemo_gym`).
+
+TRL and verl render every prompt of a run with one set of tools (TRL: the trainer's ``tools``), not
 a row's own, so a row's tool schemas go into its system turn (:func:`corpora.chat.trl_prompt`, the
 text this package's own runners give templates that do not render tools).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +129,62 @@ def verl_row(row: dict[str, Any], split: str, index: int) -> dict[str, Any]:
             "extra_info": {"index": index, "split": split, "uuid": row["uuid"], "agent_ref": row["agent_ref"],
                            "instruction_id_list": row.get("instruction_id_list"), "kwargs": row.get("kwargs"),
                            "metadata": row.get("metadata"), "tools": row["responses_create_params"].get("tools")}}
+
+
+PASS_RATES = ("pass_rate", "pass_rate_total", "pass_rate_passed")
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def nemo_gym_line(row: dict[str, Any]) -> str:
+    """One canonical RL row as a NeMo-Gym JSON line (no newline).
+
+    A row with ``metadata.nemo_gym_row`` (ingested from NVIDIA's release, ``options.json_lines``) is
+    that line unchanged, unless this package changed its pass rates (a measured difficulty): then the
+    upstream object with those three fields replaced, as ``json.dumps`` writes it. Any other row:
+    ``uuid``, ``domain``, ``responses_create_params`` ``{input, tools}`` (messages without absent keys,
+    tools decoded), ``agent_ref`` ``{"type": "responses_api_agents", "name": <agent_ref>}``,
+    ``ground_truth``, ``instruction_id_list``, ``kwargs``, the pass rates and ``metadata`` (decoded),
+    null fields left out.
+    """
+    meta = _decoded(row.get("metadata")) or {}
+    line = meta.get("nemo_gym_row")
+    if line is not None:
+        upstream = json.loads(line)
+        changed = {k: row.get(k) for k in PASS_RATES if row.get(k) != upstream.get(k)}
+        return line if not changed else json.dumps({**upstream, **changed})
+    params = row["responses_create_params"]
+    out = {"uuid": row["uuid"], "domain": row["domain"],
+           "responses_create_params": {"input": [{k: v for k, v in m.items() if v is not None} for m in params["input"]],
+                                       "tools": _decoded(params.get("tools")) or []},
+           "agent_ref": {"type": "responses_api_agents", "name": row["agent_ref"]},
+           "ground_truth": _decoded(row.get("ground_truth")), "instruction_id_list": row.get("instruction_id_list"),
+           "kwargs": _decoded(row.get("kwargs")), **{k: row.get(k) for k in PASS_RATES}, "metadata": meta}
+    return json.dumps({k: v for k, v in out.items() if v is not None})
+
+
+def write_nemo_gym(path: str | Path, config: str, out_dir: str | Path) -> dict[str, int]:
+    """Write every split of an RL release config as ``out_dir/<config>/<split>.jsonl`` of
+    :func:`nemo_gym_line` lines (atomically). The command ``cascade nemo_gym PATH CONFIG OUT``.
+
+    Returns:
+        ``{split: rows written}``.
+
+    Raises:
+        ValueError: not an RL release; ValueError / FileNotFoundError from ``datasets`` for an unknown
+            config or path.
+    """
+    from common.io import atomic_path
+    from curation.release_loader import load_release
+
+    counts = {}
+    for split, ds in _rl_only(load_release(path, config), path, config).items():
+        with atomic_path(Path(out_dir) / config / f"{split}.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(nemo_gym_line(row) + "\n" for row in ds)
+        counts[split] = len(ds)
+    return counts
 
 
 def write_verl(path: str | Path, config: str, out_dir: str | Path) -> dict[str, int]:

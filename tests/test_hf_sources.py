@@ -166,7 +166,7 @@ def test_nemo_gym_rl_rows(tmp_path, layout):
     result, rejects = _ingest(tmp_path, RL_ROWS, "nemo_gym_rl", "rl", layout)
     assert (result.records_in, len(result.rows), len(rejects)) == (3, 3, 0)
     if_row, mcqa, tools = result.rows
-    assert if_row["agent_ref"] == "instruction_following_simple_agent"
+    assert if_row["agent_ref"] == "instruction_following"
     assert if_row["domain"] == "instruction_following"
     assert json.loads(if_row["kwargs"]) == [{"num_words": 300, "relation": "at least"}, {}]
     assert if_row["instruction_id_list"] == RL_ROWS[0]["instruction_id_list"]
@@ -175,27 +175,27 @@ def test_nemo_gym_rl_rows(tmp_path, layout):
     meta = json.loads(if_row["metadata"])
     assert (meta["upstream_uuid"], meta["id"], meta["dataset"]) == ("rl-if", 23621, "IF-RL")
     assert "prompt" not in meta  # the same text as the input turn
-    assert meta["agent_ref"] == {"type": "responses_api_agents", "name": "instruction_following_simple_agent"}
+    assert meta["nemo_gym_agent_ref"] == {"type": "responses_api_agents", "name": "instruction_following_simple_agent"}
 
-    assert (mcqa["agent_ref"], mcqa["domain"]) == ("mcqa_simple_agent", "stem_mcqa")
-    assert json.loads(mcqa["ground_truth"]) == {"expected_answer": "C", "options": ["x", "y", "z"]}
+    assert (mcqa["agent_ref"], mcqa["domain"]) == ("mcqa", "stem_mcqa")
+    assert json.loads(mcqa["ground_truth"]) == {"answer": "C", "options": {"A": "x", "B": "y", "C": "z"}}
     assert [m["role"] for m in mcqa["responses_create_params"]["input"]] == ["system", "user"]
     assert json.loads(mcqa["metadata"])["sampling"] == {"temperature": 1.0}
 
-    assert (tools["agent_ref"], tools["domain"]) == ("workplace_assistant_simple_agent", "tool_calling")
-    assert json.loads(tools["ground_truth"]) == {"ground_truth": [{"name": "get_weather", "arguments": WEATHER_ARGS}]}
+    assert (tools["agent_ref"], tools["domain"]) == ("workplace", "tool_calling")
+    assert json.loads(tools["ground_truth"]) == {"calls": [{"name": "get_weather", "arguments": json.loads(WEATHER_ARGS)}]}
     got = json.loads(tools["responses_create_params"]["tools"])
     assert got == [{"type": "function", "function": {**t["function"], "strict": False}} for t in TOOLS]
 
 
 def test_nemo_gym_agent_ref_as_string_and_bad_kwargs(tmp_path):
-    rows = [{"uuid": "a", "responses_create_params": {"input": "Solve x+1=2."}, "agent_ref": "math_with_judge",
+    rows = [{"uuid": "a", "responses_create_params": {"input": "Solve x+1=2."}, "agent_ref": "math_with_judge_simple_agent",
              "expected_answer": "1"},
             {"uuid": "b", "responses_create_params": {"input": [{"role": "user", "content": "Hi"}]},
              "agent_ref": {"type": "t", "name": "instruction_following_simple_agent"},
              "instruction_id_list": ["a:b", "c:d"], "kwargs": [{}]}]
     result, rejects = _ingest(tmp_path, rows, "nemo_gym_rl", "rl", "json")
-    assert [(r["agent_ref"], r["domain"]) for r in result.rows] == [("math_with_judge", "math")]
+    assert [(r["agent_ref"], r["domain"]) for r in result.rows] == [("math", "math")]
     assert result.rows[0]["responses_create_params"]["input"][0]["content"] == "Solve x+1=2."
     assert [r["reason"] for r in rejects.rows] == [
         "invalid record: kwargs: expected a list of 2 objects (one per instruction)"]
@@ -204,5 +204,5 @@ def test_nemo_gym_agent_ref_as_string_and_bad_kwargs(tmp_path):
 def test_hub_registry_is_valid():
     specs = load_registry(Path(__file__).resolve().parents[1] / "corpora" / "sources-hub.yaml")
     assert {s.adapter for s in specs} == {"nemotron_sft", "nemo_gym_rl"}
-    assert {s.hf_config for s in specs if s.output == "rl"} == {"IF-RL", "multi-domain-RL", "MOPD"}
+    assert {s.hf_config for s in specs if s.output == "rl"} == {"IF-RL", "multi-domain-RL", "MOPD", "SWE-RL"}
     assert all(s.kind == "hf" and s.format == "hf" for s in specs)

@@ -21,7 +21,7 @@ from corpora.adapters._common import json_value, jsonable, map_role, require, te
 from corpora.adapters.instructions import clean_kwargs
 from corpora.adapters.tools import openai_tools
 from corpora.registry import SourceSpec
-from corpora.schema import SFT_DOMAINS, RecordError, rl_domains
+from corpora.schema import SFT_DOMAINS, RecordError
 
 _MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id")
 
@@ -118,7 +118,8 @@ def nemotron_sft(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
     """A ``nvidia/Nemotron-Cascade-2-SFT-Data`` row -> SFT row.
 
     Fields: ``messages`` (OpenAI chat; ``reasoning_content`` and ``tool_calls``
-    kept), ``tools`` (any common tool shape, see :func:`openai_tools`),
+    kept; an empty system turn is dropped and counted in ``metadata.dropped_empty_system_turns``),
+    ``tools`` (any common tool shape, see :func:`openai_tools`),
     ``generator`` (a non-string value is stored as its JSON), ``license`` (the
     row's own, when set, overrides the registry's), ``category``/``domain`` (used
     as the domain when it is a canonical SFT domain). ``uuid`` is kept as
@@ -126,6 +127,10 @@ def nemotron_sft(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
     """
     (msgs,) = require(raw, "messages")
     messages, notes = chat_messages(msgs)
+    kept = [m for m in messages if m["role"] != "system" or m["content"].strip()]
+    if len(kept) < len(messages):  # NVIDIA's rows often open with an empty system turn: no turn to train on
+        notes["dropped_empty_system_turns"] = len(messages) - len(kept)
+        messages = kept
     generator = raw.get("generator")
     if generator is not None and not isinstance(generator, str):
         generator = json.dumps(jsonable(generator), ensure_ascii=False)
@@ -136,29 +141,11 @@ def nemotron_sft(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
             "domain": domain, "metadata": metadata, **_license(raw)}
 
 
-#: Ground-truth fields of NeMo-Gym rows; those present are stored together in ``ground_truth``.
-GROUND_TRUTH_FIELDS = ("ground_truth", "expected_answer", "answer", "options", "reference_response",
-                       "rubric", "rubrics", "schema", "json_schema", "expected_output", "tests",
-                       "test_cases", "FAIL_TO_PASS", "PASS_TO_PASS")
-
-#: Substrings of NeMo-Gym agent / environment names and the RL domain they imply.
-AGENT_DOMAINS = (("instruction_following", "instruction_following"), ("mcqa", "stem_mcqa"),
-                 ("structured", "structured_output"), ("workplace", "tool_calling"), ("workbench", "tool_calling"),
-                 ("tool", "tool_calling"), ("swe", "swe"), ("math", "math"), ("code", "code"), ("genrm", "rlhf"))
-
-
-def _agent(value: Any) -> Any:
-    return json_value(value, "agent_ref") if isinstance(value, str) and value[:1] == "{" else value
-
-
-def agent_name(value: Any) -> str:
-    """``agent_ref`` as its name: a string stays, ``{type, name}`` (or its JSON) gives ``name``."""
-    value = _agent(value)
-    if isinstance(value, dict):
-        value = value.get("name")
-    if not isinstance(value, str) or not value:
-        raise RecordError("agent_ref: needs a name")
-    return value
+#: Upstream fields the agent translations (:mod:`corpora.nemo_gym`) turn into ``ground_truth`` and
+#: ``metadata`` (not repeated in ``metadata`` as they were).
+TRANSLATED = ("ground_truth", "expected_answer", "answer", "options", "template_metadata", "grading_mode",
+              "schema_str", "schema", "json_schema", "FAIL_TO_PASS", "PASS_TO_PASS", "patch", "golden_patch",
+              "test_patch", "problem_statement")
 
 
 def _float(value: Any, field: str) -> float | None:
@@ -183,26 +170,31 @@ def _int(value: Any, field: str) -> int | None:
 def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     """A ``nvidia/Nemotron-Cascade-2-RL-data`` (NeMo-Gym) row -> RL row.
 
-    Fields: ``responses_create_params`` ``{input: messages, tools?, <sampling>}``
-    (sampling knobs kept as ``metadata.sampling``; a top-level ``prompt`` equal to
-    the last input turn is not repeated in metadata), ``agent_ref`` (string, or
-    ``{type, name}`` -> name), the ground-truth fields of
-    :data:`GROUND_TRUTH_FIELDS` present in the row (stored as one object keyed by
-    field name; none -> null), ``instruction_id_list`` + ``kwargs`` (null-padded
-    keys removed), ``pass_rate``/``pass_rate_total``/``pass_rate_passed``,
-    ``license`` (the row's own, when set). The domain is the row's
-    ``domain``/``category`` when canonical, else implied by the agent or
-    ``environment_name`` (:data:`AGENT_DOMAINS`), else the registry's. Everything else -> ``metadata``.
+    The row's ``agent_ref`` (``{type, name}``, its JSON, or a name) names a NeMo-Gym agent of the table
+    in :mod:`corpora.nemo_gym`, which gives this package's verifier (the row's ``agent_ref``), the
+    domain, and the ``ground_truth`` translated from the agent's own fields (an unknown agent, or a row
+    with nothing to verify against, is a :class:`RecordError` naming it). Other fields:
+    ``responses_create_params`` ``{input: messages, tools?, <sampling>}`` (sampling knobs kept as
+    ``metadata.sampling``; a top-level ``prompt`` equal to the last input turn is not repeated in
+    metadata; a SWE agent's prompt is this package's SWE agent prompt), ``instruction_id_list`` +
+    ``kwargs`` (entries null, objects or JSON strings; null-padded keys removed),
+    ``pass_rate``/``pass_rate_total``/``pass_rate_passed``, ``license`` (the row's own, when set).
+    Everything else -> ``metadata``; the exact upstream line (``options.json_lines``) ->
+    ``metadata.nemo_gym_row``, which a NeMo-Gym export writes back as it was.
     """
-    rcp, agent = require(raw, "responses_create_params", "agent_ref")
+    from corpora.nemo_gym import canonical_fields
+    from corpora.readers import UPSTREAM_LINE
+
+    line = raw.pop(UPSTREAM_LINE, None)
+    rcp, _ = require(raw, "responses_create_params", "agent_ref")
     rcp = json_value(rcp, "responses_create_params")
     if not isinstance(rcp, dict) or rcp.get("input") is None:
         raise RecordError("responses_create_params.input: missing")
+    fields = canonical_fields(raw)
     raw_input = rcp["input"]
     if isinstance(raw_input, str):  # a bare prompt string is one user turn in the Responses API
         raw_input = [{"role": "user", "content": raw_input}]
     messages, notes = chat_messages(raw_input, "responses_create_params.input")
-    name = agent_name(agent)
     ids = raw.get("instruction_id_list")
     if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
         raise RecordError("instruction_id_list: expected a list of strings")
@@ -211,27 +203,29 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
         kwargs = clean_kwargs(kwargs, len(ids))
     elif kwargs is not None:
         kwargs = jsonable(json_value(kwargs, "kwargs"))
-    row_domain = next((raw[k] for k in ("domain", "category") if raw.get(k) in rl_domains()), None)
-    hint = f"{name} {raw.get('environment_name') or ''}".lower()
-    domain = row_domain or next((d for key, d in AGENT_DOMAINS if key in hint), spec.domain)
-    sampling = {k: jsonable(v) for k, v in rcp.items() if k not in ("input", "tools") and v is not None}
+    sampling = {k: jsonable(v) for k, v in rcp.items() if k not in ("input", "tools", "metadata") and v is not None}
     used = {"uuid", "responses_create_params", "agent_ref", "instruction_id_list", "kwargs", "license",
-            "pass_rate", "pass_rate_total", "pass_rate_passed", *GROUND_TRUTH_FIELDS}
+            "pass_rate", "pass_rate_total", "pass_rate_passed", *TRANSLATED}
     if messages and raw.get("prompt") == messages[-1]["content"]:  # IF-RL rows repeat the user turn as `prompt`
         used.add("prompt")
-    metadata = {"upstream_uuid": raw.get("uuid"), "agent_ref": jsonable(_agent(agent)),
-                **_rest(raw, used), **notes}
+    metadata = {"upstream_uuid": raw.get("uuid"), **_rest(raw, used), **notes, **fields["metadata"]}
     if sampling:
         metadata["sampling"] = sampling
+    if line is not None:
+        metadata["nemo_gym_row"] = line
     tools = openai_tools(rcp.get("tools"), "responses_create_params.tools", drop_null_keys=True)
+    prompt = {"input": messages, "tools": tools}
+    if fields["agent_ref"] == "swe":
+        from corpora.adapters.swe import swe_prompt
+
+        prompt = swe_prompt(fields["metadata"]["question"])
     row: dict[str, Any] = {
-        "responses_create_params": {"input": messages, "tools": tools},
-        "agent_ref": name, "domain": domain, "instruction_id_list": ids, "kwargs": kwargs,
+        "responses_create_params": prompt, "agent_ref": fields["agent_ref"], "domain": fields["domain"],
+        "instruction_id_list": ids, "kwargs": kwargs,
         "pass_rate": _float(raw.get("pass_rate"), "pass_rate"),
         "pass_rate_total": _int(raw.get("pass_rate_total"), "pass_rate_total"),
         "pass_rate_passed": _int(raw.get("pass_rate_passed"), "pass_rate_passed"),
         "metadata": metadata, **_license(raw)}
-    truth = {k: jsonable(raw[k]) for k in GROUND_TRUTH_FIELDS if raw.get(k) is not None}
-    if truth:
-        row["ground_truth"] = truth
+    if fields["ground_truth"] is not None:
+        row["ground_truth"] = fields["ground_truth"]
     return row

@@ -38,15 +38,15 @@ def _tests(raw: dict[str, Any], name: str) -> list[str]:
     return value
 
 
-def swe_gym(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
-    """A SWE-Gym / R2E-Gym record -> RL row (``agent_ref`` ``swe``); see the module doc.
+def swe_task(raw: dict[str, Any]) -> dict[str, Any]:
+    """The ground truth of a SWE-Gym / R2E-Gym / SWE-bench record: ``{instance_id, repo, base_commit,
+    FAIL_TO_PASS, PASS_TO_PASS, patch?, test_patch?, problem_statement}`` (the aliases of :data:`ALIASES`
+    read; the caller moves ``problem_statement`` into the prompt).
 
     Raises:
         RecordError: a missing ``repo`` / ``base_commit`` / ``instance_id`` / ``problem_statement``,
             test lists that are not lists of strings, or no FAIL_TO_PASS test (nothing to fix).
     """
-    from corpora.swe_tools import SYSTEM_PROMPT, TOOLS
-
     if not isinstance(raw, dict):
         raise RecordError(f"<record>: expected an object, got {type(raw).__name__}")
     repo, commit = str(_field(raw, "repo")), str(_field(raw, "base_commit"))
@@ -54,10 +54,27 @@ def swe_gym(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]
     fail_to_pass, pass_to_pass = _tests(raw, "FAIL_TO_PASS"), _tests(raw, "PASS_TO_PASS")
     if not fail_to_pass:
         raise RecordError("FAIL_TO_PASS: empty (no test checks the fix)")
-    gt = {"instance_id": str(_field(raw, "instance_id")), "repo": repo, "base_commit": commit,
-          "FAIL_TO_PASS": fail_to_pass, "PASS_TO_PASS": pass_to_pass,
-          **{k: raw[k] for k in ("patch", "test_patch") if raw.get(k)}}
-    return {"responses_create_params": {"input": [{"role": "system", "content": SYSTEM_PROMPT},
-                                                  {"role": "user", "content": statement}], "tools": TOOLS},
-            "agent_ref": "swe", "ground_truth": gt,
+    return {"instance_id": str(_field(raw, "instance_id")), "repo": repo, "base_commit": commit,
+            "FAIL_TO_PASS": fail_to_pass, "PASS_TO_PASS": pass_to_pass,
+            **{k: raw[k] for k in ("patch", "test_patch") if raw.get(k)}, "problem_statement": statement}
+
+
+def swe_prompt(statement: str) -> dict[str, Any]:
+    """``responses_create_params`` of a SWE row: the agent's system prompt and tools (:mod:`corpora.swe_tools`)
+    and the issue as the user turn."""
+    from corpora.swe_tools import SYSTEM_PROMPT, TOOLS
+
+    return {"input": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": statement}],
+            "tools": TOOLS}
+
+
+def swe_gym(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
+    """A SWE-Gym / R2E-Gym record -> RL row (``agent_ref`` ``swe``); see the module doc and :func:`swe_task`.
+
+    Raises:
+        RecordError: as :func:`swe_task`.
+    """
+    gt = swe_task(raw)
+    statement = gt.pop("problem_statement")
+    return {"responses_create_params": swe_prompt(statement), "agent_ref": "swe", "ground_truth": gt,
             "metadata": {"question": statement, **{k: jsonable(v) for k, v in raw.items() if k not in KNOWN}}}

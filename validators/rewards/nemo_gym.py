@@ -1,7 +1,8 @@
 """NeMo-Gym: the verifier registry as a resources server's ``verify``.
 
 A NeMo-Gym rollout ends in ``POST /verify`` with a body holding the dataset row's fields (the RL
-release's rows are NeMo-Gym rows: ``responses_create_params``, ``agent_ref``, ``ground_truth``...)
+release's rows are NeMo-Gym rows: ``responses_create_params``, ``agent_ref``, ``ground_truth``...; so
+are NVIDIA's, whose NeMo-Gym agents :mod:`corpora.nemo_gym` maps to verifiers here)
 and ``response``, the OpenAI Responses API object the agent produced. :func:`verify` grades it::
 
     class CascadeServer(SimpleResourcesServer):
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corpora.nemo_gym import verify_row
 from validators.rewards import TIMEOUT_S, WORKERS, grade, graded_text, text_of, tool_call_block
 
 
@@ -55,8 +57,10 @@ def verify(body: Any, timeout_s: float = TIMEOUT_S, workers: int = WORKERS) -> d
 
     Args:
         body: the request as a dict or a pydantic model (``model_dump()``): the row's fields plus
-            ``response``. JSON fields (``ground_truth``, ``kwargs``, ``metadata``, ``tools``) may be
-            strings, as in the release, or already decoded.
+            ``response``. The row is one of this package's release or one in NeMo-Gym's own layout
+            (NVIDIA's rows: ``agent_ref`` a NeMo-Gym agent, translated by
+            :func:`corpora.nemo_gym.verify_row`). JSON fields (``ground_truth``, ``kwargs``,
+            ``metadata``, ``tools``) may be strings, as in the release, or already decoded.
 
     Returns:
         ``body`` plus ``reward`` (in [0, 1]), ``passed``, ``reason`` and ``grader_error`` (the
@@ -64,14 +68,15 @@ def verify(body: Any, timeout_s: float = TIMEOUT_S, workers: int = WORKERS) -> d
 
     Raises:
         ValueError: no ``response``, or the row's verifier does not grade single responses
-            (``genrm``, ``swe``), or names no installed verifier.
+            (``genrm``, ``swe``), or names no installed verifier or NeMo-Gym agent, or has nothing
+            to verify against.
     """
     body = body.model_dump() if hasattr(body, "model_dump") else body
     if not isinstance(body, dict):
         raise TypeError(f"verify body is a {type(body).__name__}: expected a dict or a pydantic model")
     if "response" not in body:
         raise ValueError("verify body has no response")
-    row = {k: v for k, v in body.items() if k != "response"}
+    row = verify_row({k: v for k, v in body.items() if k != "response"})
     verdict = grade([response_text(body["response"])], [row], workers, timeout_s)[0]
     if verdict is None:
         raise ValueError(f"row {row.get('uuid')!r}: agent_ref {row.get('agent_ref')!r} grades groups or episodes, "

@@ -5,8 +5,11 @@ tier that names any option letter decides:
 
 1. the declared answer: every ``\\boxed{}`` / ``\\fbox{}`` whose whole content is one option letter
    (``\\boxed{C}``, ``\\boxed{\\text{C}}``, ``\\boxed{(C)}``, ``\\boxed{C.}``), located where the box
-   stands, and every match of the row's ``metadata.output_regex`` (group 1 = the letter; a
-   ``\\boxed{C}`` regex for the rows built here);
+   stands, and every match of the row's ``metadata.output_regex`` (a regex or a list of them, NeMo-Gym's
+   ``template_metadata.output_regex``; matched case-insensitively as NeMo-Gym does; the capture is
+   group 1, or the whole match in a regex without a group; it counts when it is one upper-case option
+   letter, wrapped as in a box or not: NeMo-Gym also upper-cases a lower-case capture, which would
+   read the article ``a`` as option A);
 2. an answer cue followed by a standalone option letter: ``Answer: C``, ``answer is C``,
    ``answer is (C)``, ``**Answer: B**``, ``correct option is C``, ``final answer: C`` (cue
    case-insensitive, letter upper-case and not followed by a letter or digit; after a bare
@@ -85,12 +88,39 @@ def _cue_letters(answer: str, letters: str) -> list[tuple[int, str]]:
     return found
 
 
-def chosen_letters(answer: str, letters: str, output_regex: str | None = None) -> list[str]:
+def output_regexes(value: str | list[str] | None) -> list[re.Pattern[str]]:
+    """``metadata.output_regex`` (a regex, a list of them, or None) compiled case-insensitively.
+
+    Raises:
+        ValueError: a regex does not compile, or the value is neither a string nor a list of strings.
+    """
+    if value is None:
+        return []
+    patterns = [value] if isinstance(value, str) else value
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ValueError("metadata.output_regex must be a regex or a list of regexes")
+    try:
+        return [re.compile(p, re.IGNORECASE) for p in patterns]
+    except re.error as exc:
+        raise ValueError(f"metadata.output_regex is invalid: {exc}") from None
+
+
+def _regex_letters(answer: str, output_regex: str | list[str] | None) -> list[tuple[int, str]]:
+    found = []
+    for pattern in output_regexes(output_regex):
+        for m in pattern.finditer(answer):
+            group = 1 if pattern.groups else 0
+            inner = _BOX_LETTER.fullmatch(m.group(group) or "")
+            if inner:
+                found.append((m.start(group), inner.group(1)))
+    return found
+
+
+def chosen_letters(answer: str, letters: str, output_regex: str | list[str] | None = None) -> list[str]:
     """The distinct option letters the deciding strict tier names, in order of position (see the
     module doc): one letter is a choice, several are a hedge, none is no answer."""
     tiers: list[list[tuple[int, str]]] = [[], [], []]
-    if output_regex:
-        tiers[0] += [(m.start(), m.group(1)) for m in re.finditer(output_regex, answer)]
+    tiers[0] += _regex_letters(answer, output_regex)
     for pos, box in _boxes(answer):
         inner = _BOX_LETTER.fullmatch(box)
         if inner:
@@ -106,7 +136,7 @@ def chosen_letters(answer: str, letters: str, output_regex: str | None = None) -
     return []
 
 
-def extract_choice(answer: str, letters: str, output_regex: str | None = None, lenient: bool = False,
+def extract_choice(answer: str, letters: str, output_regex: str | list[str] | None = None, lenient: bool = False,
                    options: dict[str, str] | None = None) -> str | None:
     """The option letter chosen in ``answer`` (see the module doc), or None (no letter, or a hedge
     over several different letters).
@@ -114,7 +144,7 @@ def extract_choice(answer: str, letters: str, output_regex: str | None = None, l
     Args:
         answer: the final answer (reasoning already stripped).
         letters: the valid option letters, e.g. ``"ABCD"``.
-        output_regex: the row's regex (group 1 = letter), tried with the boxes.
+        output_regex: the row's regex or regexes (see the module doc), tried with the boxes.
         lenient: also use the lenient rules when strict finds no letter.
         options: ``{letter: text}``, for the lenient option-text rule.
     """
@@ -144,13 +174,10 @@ class MCQAVerifier(Verifier):
             raise ValueError(f"row {uid!r}: ground_truth.options must map two or more letters A-Z to option texts")
         if not isinstance(gt["answer"], str) or gt["answer"] not in options:
             raise ValueError(f"row {uid!r}: ground_truth.answer {gt['answer']!r} is not an option key")
-        regex = metadata(row).get("output_regex")
-        if regex is not None:
-            try:
-                if re.compile(regex).groups < 1:
-                    raise ValueError("no capturing group")
-            except (re.error, ValueError) as exc:
-                raise ValueError(f"row {row.get('uuid')!r}: metadata.output_regex is invalid: {exc}") from None
+        try:
+            output_regexes(metadata(row).get("output_regex"))
+        except ValueError as exc:
+            raise ValueError(f"row {uid!r}: {exc}") from None
 
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
         gt, meta = ground_truth(row), metadata(row)
