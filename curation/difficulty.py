@@ -159,10 +159,10 @@ def apply_pass_rates(rows: pl.DataFrame, results: pl.DataFrame, lo: float, hi: f
 
 def _split_by_bounds(rows: pl.DataFrame, lo: float, hi: float, frac: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(rows with ``lo < pass_rate < hi``, the others with a ``reason``: ``ungraded`` when no response
-    was graded, else ``too_easy: <frac>`` / ``too_hard: <frac>``)."""
+    was graded (``pass_rate`` 0/0, NaN), else ``too_easy: <frac>`` / ``too_hard: <frac>``)."""
     keep = (pl.col("pass_rate") > lo) & (pl.col("pass_rate") < hi)
     dropped = rows.filter(~keep).with_columns(
-        pl.when(pl.col("pass_rate_total") == 0).then(pl.lit("ungraded: the grader failed on every response"))
+        pl.when(pl.col("pass_rate").is_nan()).then(pl.lit("ungraded: the grader failed on every response"))
         .when(pl.col("pass_rate") >= hi).then(pl.format("too_easy: {}", frac))
         .otherwise(pl.format("too_hard: {}", frac)).alias("reason"))
     return rows.filter(keep), dropped

@@ -75,6 +75,18 @@ def test_a_rate_without_counts_is_used_and_the_counts_decide_when_both_are_there
     assert dropped["reason"].to_list() == ["too_easy: 1.0"]
     assert kept["uuid"].to_list() == ["r1"] and kept["pass_rate"].to_list() == [0.75]
     assert release_pass_rate_histogram(rows) == {"3/4": 1, "1.0": 1}
+    zero = _released([0], [0], rate=[1.0])  # no usable count: the rate decides, and nothing says "ungraded"
+    assert judge(zero, zero.head(0), NO_RESULTS, 0.0, 1.0)[1]["reason"].to_list() == ["too_easy: 1.0"]
+
+
+def test_a_measured_row_whose_every_response_failed_to_grade_is_ungraded(tmp_path):
+    rows = rl_table(["a", "b"])
+    results, _ = measure(rows.to_dicts(), lambda chunk: [["yes", "no"] for _ in chunk],
+                         lambda responses, rows: [V(0.0, False, "boom", error="timeout") if row["uuid"] == "b0"
+                                                  else V(1.0, True) for row in rows], tmp_path)
+    kept, dropped = judge(rows.head(0), rows, results, 0.0, 1.0)
+    assert dropped["uuid"].to_list() == ["b0", "b1"]
+    assert dropped["reason"].to_list() == ["ungraded: the grader failed on every response", "too_easy: 2/2"]
 
 
 def test_under_release_a_row_without_release_rates_is_rejected_with_a_reason_naming_it():
