@@ -24,6 +24,7 @@ DEFAULT_REGISTRY = Path(__file__).with_name("sources.yaml")
 #: (``none``, ``unknown``, ``*-NC-*``) is local-use only.
 COMMERCIAL_LICENSES = frozenset({
     "Apache-2.0", "MIT", "CC-BY-4.0", "CC-BY-SA-4.0", "BSD-3-Clause", "CC0-1.0",
+    "odc-by",  # ODC-By 1.0 (the Hub's id), NVIDIA's RL release: commercial use with attribution
 })
 
 

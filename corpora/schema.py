@@ -36,7 +36,7 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 SFT_DOMAINS: tuple[str, ...] = (
     "math", "code", "science", "chat", "instruction_following", "safety",
-    "conversational_agent", "swe", "long_context",
+    "conversational_agent", "swe", "terminal_agent", "long_context",
 )
 
 

@@ -11,12 +11,19 @@ either: their group rewards are all equal).
 Generations are cached per (row uuid, model, sampling parameters) as parquet
 chunks under ``cache_dir/<key>/``: changing the bounds re-filters without
 generating, and a run killed midway resumes at the first chunk not written.
+
+Rows that arrive with pass rates (NVIDIA's Cascade-2 RL release measured them with
+its own policy: ``pass_rate``, ``pass_rate_total``, ``pass_rate_passed``) can be
+judged by those instead (``difficulty.pass_rates``, :func:`plan_set`):
+the same bounds and reject reasons, and each judged row's ``metadata`` says which
+it was (``pass_rate_source``: ``release`` | ``measured``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,14 +153,109 @@ def apply_pass_rates(rows: pl.DataFrame, results: pl.DataFrame, lo: float, hi: f
     if len(missing):
         raise ValueError(f"row {missing['uuid'][0]} has no measured pass rate ({len(missing)} rows)")
     joined = joined.with_columns((pl.col("pass_rate_passed") / pl.col("pass_rate_total")).alias("pass_rate"))
-    joined = joined.select(rows.columns)
+    return _split_by_bounds(joined.select(rows.columns), lo, hi,
+                            pl.format("{}/{}", "pass_rate_passed", "pass_rate_total"))
+
+
+def _split_by_bounds(rows: pl.DataFrame, lo: float, hi: float, frac: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(rows with ``lo < pass_rate < hi``, the others with a ``reason``: ``ungraded`` when no response
+    was graded (``pass_rate`` 0/0, NaN), else ``too_easy: <frac>`` / ``too_hard: <frac>``)."""
     keep = (pl.col("pass_rate") > lo) & (pl.col("pass_rate") < hi)
-    frac = pl.format("{}/{}", "pass_rate_passed", "pass_rate_total")
-    dropped = joined.filter(~keep).with_columns(
-        pl.when(pl.col("pass_rate_total") == 0).then(pl.lit("ungraded: the grader failed on every response"))
+    dropped = rows.filter(~keep).with_columns(
+        pl.when(pl.col("pass_rate").is_nan()).then(pl.lit("ungraded: the grader failed on every response"))
         .when(pl.col("pass_rate") >= hi).then(pl.format("too_easy: {}", frac))
         .otherwise(pl.format("too_hard: {}", frac)).alias("reason"))
-    return joined.filter(keep), dropped
+    return rows.filter(keep), dropped
+
+
+NO_RELEASE_PASS_RATE = ("no_release_pass_rate: the row carries no usable pass_rate or pass_rate_total/"
+                        "pass_rate_passed (params difficulty.pass_rates: release)")
+
+
+def _counted() -> pl.Expr:
+    """True where ``pass_rate_passed`` of ``pass_rate_total`` (>= 1) responses is a usable count (null where
+    either is missing)."""
+    total, passed = pl.col("pass_rate_total"), pl.col("pass_rate_passed")
+    return (total >= 1) & (passed >= 0) & (passed <= total)
+
+
+def has_release_pass_rate() -> pl.Expr:
+    """True where a row carries a pass rate of its own: counts (``pass_rate_passed`` of
+    ``pass_rate_total`` >= 1 responses), else a ``pass_rate`` in [0, 1]; false where neither."""
+    return (_counted() | pl.col("pass_rate").is_between(0.0, 1.0)).fill_null(False)
+
+
+def _release_frac() -> pl.Expr:
+    """A release pass rate as the reasons and histograms write it: ``c/n`` from its counts, else the rate."""
+    return (pl.when(_counted()).then(pl.format("{}/{}", "pass_rate_passed", "pass_rate_total"))
+            .otherwise(pl.col("pass_rate").cast(pl.Utf8)))
+
+
+def apply_release_pass_rates(rows: pl.DataFrame, lo: float, hi: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split ``rows`` by their own pass rates with the rule of :func:`apply_pass_rates`
+    (``lo < pass_rate < hi``, reasons ``too_easy: c/n`` / ``too_hard: c/n``). ``pass_rate`` is
+    ``pass_rate_passed / pass_rate_total`` where the counts are usable, else the row's ``pass_rate``
+    (a reason then gives the rate, e.g. ``too_easy: 1.0``).
+
+    Raises:
+        ValueError: naming a row without a release pass rate (:func:`has_release_pass_rate`).
+    """
+    missing = rows.filter(~has_release_pass_rate())
+    if len(missing):
+        raise ValueError(f"row {missing['uuid'][0]} has no release pass rate ({len(missing)} rows)")
+    rated = rows.with_columns(pl.when(_counted()).then(pl.col("pass_rate_passed") / pl.col("pass_rate_total"))
+                              .otherwise(pl.col("pass_rate")).alias("pass_rate"))
+    return _split_by_bounds(rated, lo, hi, _release_frac())
+
+
+def mark_source(rows: pl.DataFrame, source: str) -> pl.DataFrame:
+    """``rows`` with ``pass_rate_source: source`` added to each row's ``metadata`` JSON object."""
+    meta = [json.dumps({**json.loads(m or "{}"), "pass_rate_source": source}, ensure_ascii=False)
+            for m in rows["metadata"]]
+    return rows.with_columns(pl.Series("metadata", meta, dtype=pl.Utf8))
+
+
+def plan_set(train: pl.DataFrame, p: DifficultyParams, name: str, seed: int
+             ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """``(rated, todo, unjudged)``: the rows of set ``name``'s ``train`` judged by their release pass
+    rates, the rows to measure with the policy, and the rows judged by neither with a ``reason``.
+
+    ``difficulty.pass_rates`` (``p.pass_rates``) decides: ``measure`` rates no row; ``release`` and
+    ``release_else_measure`` rate every row that has a release pass rate (:func:`has_release_pass_rate`,
+    no row budget: nothing is sampled). The rest is measured under ``measure`` and
+    ``release_else_measure`` (:func:`split_for_measurement` within ``difficulty.max_rows_per_set``:
+    beyond it ``not_measured``), rejected as ``no_release_pass_rate`` under ``release``.
+
+    Raises:
+        ValueError: ``release`` on a set none of whose rows has a release pass rate (names the params key
+            and the set), or a ``{set: rows}`` budget without ``name`` (:func:`rows_to_measure`).
+    """
+    rated_mask = has_release_pass_rate() if p.pass_rates != "measure" else pl.lit(False)
+    rated, unrated = train.filter(rated_mask), train.filter(~rated_mask)
+    if p.pass_rates == "release":
+        if len(train) and not len(rated):
+            raise ValueError(f"params difficulty.pass_rates is 'release' but no row of set {name!r} carries a "
+                             f"release pass rate (pass_rate, or pass_rate_total and pass_rate_passed): use "
+                             f"release_else_measure, or leave {name} out of difficulty.sets")
+        return rated, unrated.head(0), unrated.with_columns(pl.lit(NO_RELEASE_PASS_RATE).alias("reason"))
+    todo, skipped = split_for_measurement(unrated, p.max_prompt_chars, rows_to_measure(p, name), seed)
+    return rated, todo, skipped.with_columns(
+        pl.lit("not_measured: beyond max_rows_per_set or longer than max_prompt_chars").alias("reason"))
+
+
+def judge(rated: pl.DataFrame, todo: pl.DataFrame, results: pl.DataFrame, lo: float, hi: float
+          ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(kept, dropped with ``reason``) of a set: ``rated`` rows by their release pass rates
+    (:func:`apply_release_pass_rates`), then ``todo`` rows by their measured ``results``
+    (:func:`apply_pass_rates`), each row's ``metadata`` marked with its ``pass_rate_source``
+    (``release`` | ``measured``, :func:`mark_source`).
+
+    Raises:
+        ValueError: a ``rated`` row without a release pass rate, or a ``todo`` row without a result.
+    """
+    kept_r, dropped_r = apply_release_pass_rates(mark_source(rated, "release"), lo, hi)
+    kept_m, dropped_m = apply_pass_rates(mark_source(todo, "measured"), results, lo, hi)
+    return pl.concat([kept_r, kept_m]), pl.concat([dropped_r, dropped_m])
 
 
 @dataclass
@@ -213,6 +315,14 @@ def policy_sampler(model_dir: str, engine: str, sampling: dict[str, Any], n: int
     sample.generated_tokens = 0  # type: ignore[attr-defined]
     sample.close = rollout.close  # type: ignore[attr-defined]
     return sample
+
+
+def histogram_bins(totals: set[int], most: int = 256) -> int:
+    """Bins of :func:`histogram_png` for pass rates ``c/n`` over every ``n`` in ``totals`` (responses
+    per prompt, each >= 1): their least common multiple, so every ``c/n`` sits at a bin centre, or the
+    largest ``n`` when that multiple passes ``most`` bins."""
+    lcm = math.lcm(*totals)
+    return lcm if lcm <= most else max(totals)
 
 
 def histogram_png(rates: dict[str, list[float]], n: int, path: Path) -> None:
@@ -280,19 +390,24 @@ def filter_mix(mix: pl.DataFrame, kept: pl.DataFrame, measured: list[str]) -> tu
 
     A mix's rows are rows of the per-domain sets (:func:`curation.build.draw_mix` copies them, uuid
     included), so the filter's verdict on a row carries over: a row of a ``measured`` domain is kept
-    when ``kept`` (the kept rows of every measured set) holds its uuid, and takes its pass rates
-    from there; a row of any other domain is kept as it is (nothing measured it). Mix order is kept.
+    when ``kept`` (the kept rows of every measured set) holds its uuid, and takes its pass rates and
+    ``metadata`` (with its ``pass_rate_source``) from there; a row of any other domain is kept as it
+    is (nothing measured it). Mix order is kept. ("measured": judged by the filter, by pass rates it
+    sampled or by the release's.)
 
     >>> mix = pl.DataFrame({"uuid": ["m0", "m1", "c0"], "domain": ["math", "math", "code"],
-    ...                     "pass_rate": None, "pass_rate_total": None, "pass_rate_passed": None})
-    >>> measured = pl.DataFrame({"uuid": ["m1"], "pass_rate": [0.5], "pass_rate_total": [4], "pass_rate_passed": [2]})
+    ...                     "pass_rate": None, "pass_rate_total": None, "pass_rate_passed": None, "metadata": "{}"})
+    >>> measured = pl.DataFrame({"uuid": ["m1"], "pass_rate": [0.5], "pass_rate_total": [4], "pass_rate_passed": [2],
+    ...                          "metadata": ['{"pass_rate_source": "measured"}']})
     >>> kept, unmeasured = filter_mix(mix, measured, ["math"])
-    >>> kept["uuid"].to_list(), kept["pass_rate"].to_list(), unmeasured
-    (['m1', 'c0'], [0.5, None], ['code'])
+    >>> kept["uuid"].to_list(), kept["pass_rate"].to_list(), kept["metadata"].to_list(), unmeasured
+    (['m1', 'c0'], [0.5, None], ['{"pass_rate_source": "measured"}', '{}'], ['code'])
     """
     rates = ("pass_rate", "pass_rate_total", "pass_rate_passed")
-    joined = mix.drop(rates).join(kept.select("uuid", *rates), on="uuid", how="left", maintain_order="left")
+    joined = mix.drop(rates).join(kept.select("uuid", *rates, pl.col("metadata").alias("_judged")), on="uuid",
+                                  how="left", maintain_order="left")
     keep = ~pl.col("domain").is_in(measured) | pl.col("pass_rate_total").is_not_null()
+    joined = joined.with_columns(pl.coalesce("_judged", "metadata").alias("metadata"))
     unmeasured = sorted(set(mix["domain"].unique()) - set(measured))
     return joined.filter(keep).select(mix.columns), unmeasured
 
@@ -300,3 +415,12 @@ def filter_mix(mix: pl.DataFrame, kept: pl.DataFrame, measured: list[str]) -> tu
 def pass_rate_histogram(results: pl.DataFrame, n: int) -> dict[str, int]:
     """``{"c/n": rows}``: how many measured rows passed ``c`` of their ``n`` responses."""
     return {f"{c}/{n}": k for c, k in sorted(results.group_by("pass_rate_passed").len().iter_rows())}
+
+
+def release_pass_rate_histogram(rated: pl.DataFrame) -> dict[str, int]:
+    """``{"c/n": rows}`` of rows judged by their release pass rates, from their own counts (a row with
+    only a ``pass_rate`` is keyed by the rate), in increasing pass rate."""
+    rate = pl.when(_counted()).then(pl.col("pass_rate_passed") / pl.col("pass_rate_total")).otherwise("pass_rate")
+    keyed = rated.select(_release_frac().alias("key"), rate.alias("rate"))
+    counts = keyed.group_by("key").agg(pl.len(), pl.col("rate").first()).sort("rate", "key")
+    return dict(zip(counts["key"], counts["len"], strict=True))

@@ -210,6 +210,10 @@ class DifficultyParams(SamplingParams):
     n: int = Field(ge=1)
     min: float = Fraction
     max: float = Fraction
+    # where a row's pass rate comes from (curation.difficulty.plan_set): measure: sampled with the policy;
+    # release: the row's own pass_rate* fields (NVIDIA's RL release; a row without them is rejected);
+    # release_else_measure: the row's own where it has them, else sampled
+    pass_rates: Literal["measure", "release", "release_else_measure"] = "measure"
 
 
 class ExportParams(Block):

@@ -205,61 +205,70 @@ def engine_name(p: SamplingParams) -> str:
 
 
 def step_difficulty(params: PipelineParams) -> dict[str, Any]:
-    """Measure pass rates of the RL sets' train rows with the policy and keep ``min < rate < max``.
+    """Judge the RL sets' train rows by their pass rates and keep ``min < rate < max``: rates measured
+    with the policy, or the rows' own (NVIDIA's release) as ``difficulty.pass_rates`` says
+    (:func:`curation.difficulty.plan_set`); the policy is loaded only when some row is measured.
 
     Writes ``data/filtered/rl/<set>`` for each measured set and each stage mix (``build.mixes``)
     with a measured domain (the rows its domains kept: :func:`curation.difficulty.filter_mix`), and
-    ``data/filtered/manifest.json`` listing them: the RL stages read those copies
-    (:mod:`stages.datasets`)."""
+    ``data/filtered/manifest.json`` listing them (per set: rows, ``measured`` and ``release``-rated
+    rows, kept): the RL stages read those copies (:mod:`stages.datasets`)."""
     from curation.difficulty import (
-        apply_pass_rates,
+        RESULT_SCHEMA,
         cache_key,
         filter_mix,
+        histogram_bins,
         histogram_png,
+        judge,
         measure,
         pass_rate_histogram,
+        plan_set,
         policy_sampler,
-        rows_to_measure,
-        split_for_measurement,
+        release_pass_rate_histogram,
     )
     from stages.datasets import MANIFEST
     from validators.verifiers import verify_batch
 
     p = params.difficulty
-    require_sandbox(params.sandbox)
-    sampling = sampling_config(p)
-    cache = Path(p.cache_dir) / cache_key(Path(p.model).name, {**sampling, "engine": engine_name(p)}, p.n)
-    sample = policy_sampler(p.model, p.engine, sampling, p.n, threads=p.threads)
+    plans = {}
+    for name in p.sets:
+        train = _load(SETS / "rl" / name / "train.parquet")
+        plans[name] = (train, *plan_set(train, p, name, params.build.seed))
+    measured = {name: (pl.DataFrame(schema=RESULT_SCHEMA), {}) for name in p.sets}
+    if any(len(todo) for _, _, todo, _ in plans.values()):
+        require_sandbox(params.sandbox)
+        sampling = sampling_config(p)
+        cache = Path(p.cache_dir) / cache_key(Path(p.model).name, {**sampling, "engine": engine_name(p)}, p.n)
+        sample = policy_sampler(p.model, p.engine, sampling, p.n, threads=p.threads)
 
-    def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
-        return verify_batch(responses, rows, timeout_s=p.timeout_s, workers=2)
+        def score(responses: list[str], rows: list[dict[str, Any]]) -> list[Any]:
+            return verify_batch(responses, rows, timeout_s=p.timeout_s, workers=2)
 
+        try:  # one engine for every set, stopped before the outputs are written
+            for name, (_, _, todo, _) in plans.items():
+                measured[name] = measure(todo.to_dicts(), sample, score, cache)
+        finally:
+            sample.close()
     rejects, rows_in, rows_out, stats, rates = Rejects("difficulty"), 0, 0, {}, {}
-    measured = {}
-    try:  # one engine for every set, stopped before the outputs are written
-        for name in p.sets:
-            train = _load(SETS / "rl" / name / "train.parquet")
-            todo, skipped = split_for_measurement(train, p.max_prompt_chars, rows_to_measure(p, name),
-                                                  params.build.seed)
-            measured[name] = (train, todo, skipped, measure(todo.to_dicts(), sample, score, cache))
-    finally:
-        sample.close()
-    kept_sets, manifest = [], {}
-    for name, (train, todo, skipped, (results, st)) in measured.items():
+    kept_sets, manifest, totals = [], {}, {p.n}
+    for name, (train, rated, todo, unjudged) in plans.items():
+        results, st = measured[name]
         st = _split_timings(f"difficulty.throughput.{name}", st)
-        kept, dropped = apply_pass_rates(todo, results, p.min, p.max)
+        kept, dropped = judge(rated, todo, results, p.min, p.max)
         rejects.extend_frame(dropped)
-        rejects.extend_frame(skipped.with_columns(
-            pl.lit("not_measured: beyond max_rows_per_set or longer than max_prompt_chars").alias("reason")))
+        rejects.extend_frame(unjudged)
         write_parquet(kept.to_arrow(), FILTERED / "rl" / name / "train.parquet", SCHEMAS["rl"])
         write_parquet(_load(SETS / "rl" / name / "validation.parquet").to_arrow(),
                       FILTERED / "rl" / name / "validation.parquet", SCHEMAS["rl"])
         rows_in, rows_out = rows_in + len(train), rows_out + len(kept)
-        rates[name] = (results["pass_rate_passed"] / results["pass_rate_total"]).to_list()
-        stats[name] = {"measured": len(todo), "kept": len(kept),
-                       "pass_rate_histogram": pass_rate_histogram(results, p.n), **st}
+        rates[name] = pl.concat([kept["pass_rate"], dropped["pass_rate"]]).to_list()
+        totals.update(rated.filter(pl.col("pass_rate_total") > 0)["pass_rate_total"])
+        stats[name] = {"measured": len(todo), "release": len(rated), "kept": len(kept),
+                       "pass_rate_histogram": pass_rate_histogram(results, p.n),
+                       "release_pass_rate_histogram": release_pass_rate_histogram(rated), **st}
         kept_sets.append(kept)
-        manifest[f"rl/{name}"] = {"rows": len(train), "measured": len(todo), "kept": len(kept)}
+        manifest[f"rl/{name}"] = {"rows": len(train), "measured": len(todo), "release": len(rated),
+                                  "kept": len(kept)}
     # stage mixes (curation/build.py) re-draw rows of the domain sets: filtered by their rows' verdicts,
     # not counted again in rows_in / rows_out (as in build)
     mixes = {}
@@ -272,10 +281,11 @@ def step_difficulty(params: PipelineParams) -> dict[str, Any]:
         write_parquet(_load(SETS / "rl" / mix / "validation.parquet").to_arrow(),
                       FILTERED / "rl" / mix / "validation.parquet", SCHEMAS["rl"])
         mixes[mix] = manifest[f"rl/{mix}"] = {"rows": len(full), "kept": len(kept), "unmeasured_domains": unmeasured}
-    write_json({"bounds": [p.min, p.max], "model": Path(p.model).name, "n": p.n,
+    write_json({"bounds": [p.min, p.max], "model": Path(p.model).name, "n": p.n, "pass_rates": p.pass_rates,
                 "sets": manifest}, FILTERED / MANIFEST)
-    histogram_png(rates, p.n, Path("plots") / "difficulty_pass_rates.png")
-    return finish_step("difficulty", rows_in, rows_out, rejects, per_set=stats, per_mix=mixes)
+    histogram_png(rates, histogram_bins(totals), Path("plots") / "difficulty_pass_rates.png")
+    return finish_step("difficulty", rows_in, rows_out, rejects, pass_rates=p.pass_rates, per_set=stats,
+                       per_mix=mixes)
 
 
 def step_synthesize(params: PipelineParams) -> dict[str, Any]:

@@ -37,6 +37,9 @@ CONFIG_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*$")
 ROWS_PER_SHARD = "export.rows_per_shard"
 CARD_PATH = "<this repo or folder>"  # the path in the card's loading snippet
 MAX_SHARDS = 99_999  # shard files are <split>-00000-of-99999.parquet (push_release checks the 5 digits)
+#: Licenses the Hub has no identifier for: a card with one of them says ``license: other`` and names it in
+#: ``license_name``, as NVIDIA's SFT card does.
+HUB_OTHER_LICENSES = frozenset({"nvidia-open-model-license"})
 
 
 def check_split_names(names: list[str]) -> None:
@@ -118,11 +121,15 @@ def _loading(kind: str, layout: dict[str, dict[str, Any]]) -> list[str]:
 
 def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], licenses: list[str],
           provenance: list[dict[str, Any]]) -> str:
-    """The dataset card; ``layout[config][split]`` = {num_examples, num_bytes, download_size}."""
+    """The dataset card; ``layout[config][split]`` = {num_examples, num_bytes, download_size}. Its
+    ``license`` is the one license of every row (lower case), else ``other``; a license the Hub has
+    no identifier for (:data:`HUB_OTHER_LICENSES`) is ``other`` with ``license_name``."""
     total = sum(s["num_examples"] for splits in layout.values() for s in splits.values())
     size = "n<1K" if total < 1_000 else "1K<n<10K" if total < 10_000 else "10K<n<100K" if total < 100_000 else "100K<n<1M"
+    named = licenses[0] if len(licenses) == 1 and licenses[0] in HUB_OTHER_LICENSES else None
     header = {
-        "license": "other" if len(licenses) != 1 else licenses[0].lower(),
+        "license": "other" if len(licenses) != 1 or named else licenses[0].lower(),
+        **({"license_name": named} if named else {}),
         "license_details": ", ".join(licenses),
         "size_categories": [size],
         "task_categories": ["text-generation"],

@@ -4,8 +4,10 @@
 ``data/sets/<rel>`` it measured (per-domain sets and the stage mixes drawn from them: rows with
 ``min < pass_rate < max``) and a manifest ``data/filtered/manifest.json``::
 
-    {"bounds": [0.0, 1.0], "model": "SmolLM2-135M-Instruct", "n": 4,
-     "sets": {"rl/instruction_following": {"rows": 1200, "measured": 24, "kept": 9}, ...}}
+    {"bounds": [0.0, 1.0], "model": "SmolLM2-135M-Instruct", "n": 4, "pass_rates": "measure",
+     "sets": {"rl/instruction_following": {"rows": 1200, "measured": 24, "release": 0, "kept": 9}, ...}}
+
+(``release``: rows judged by their own pass rates, NVIDIA's, under ``difficulty.pass_rates``.)
 
 A stage's ``data/sets/<rel>`` is read from ``data/filtered/<rel>`` when the manifest lists
 ``<rel>``; any other dataset (a set the filter did not measure, ``data/packed``, ``data/swe``,
@@ -73,7 +75,7 @@ def resolve_datasets(datasets: list[str | Path], sets_root: Path = SETS,
 def describe_dataset(path: str | Path, sets_root: Path = SETS, filtered_root: Path = FILTERED) -> dict[str, Any]:
     """What the record says of a dataset a stage read (``path``, as :func:`resolve_datasets` gave it):
     ``{"difficulty_filter": "applied", "full_set": ..., "bounds": [min, max], "rows", "measured",
-    "kept"}`` for a filtered copy, else ``{"difficulty_filter": "not measured"}`` (the filter ran
+    "release", "kept"}`` for a filtered copy, else ``{"difficulty_filter": "not measured"}`` (the filter ran
     without this set: the full set was read) or ``"not run"`` (no manifest: every set is read in full).
     """
     path = Path(path)

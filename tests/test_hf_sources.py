@@ -131,8 +131,9 @@ def test_nemotron_sft_rows(tmp_path, layout):
     assert [(m["role"], m["content"], m["reasoning_content"]) for m in plain["messages"]] == [
         ("system", "You are a helpful assistant.", None), ("user", "What is 2+3?", None),
         ("assistant", "5", "2 plus 3 is 5.\n")]
-    assert (plain["domain"], plain["license"], plain["generator"]) == ("math", "cc-by-4.0", "DeepSeek-V3.2")
-    assert json.loads(plain["metadata"]) == {"upstream_uuid": "sft-1", "category": "math", "used_in": ["cascade2"]}
+    assert (plain["domain"], plain["license"], plain["generator"]) == ("math", "odc-by", "DeepSeek-V3.2")
+    assert json.loads(plain["metadata"]) == {"upstream_uuid": "sft-1", "category": "math", "used_in": ["cascade2"],
+                                             "row_license": "cc-by-4.0"}  # the registry's (card's) license governs
     assert json.loads(plain["tools"]) == []
     call = tool["messages"][1]
     assert (call["content"], call["reasoning_content"]) == ("", "Call the tool.")

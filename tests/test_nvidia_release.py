@@ -222,5 +222,6 @@ def test_sft_configs_ingest_with_the_cards_license(tmp_path):
         got[spec.hf_config] = (len(rows), rows[0]["domain"], rows[0]["license"])
     assert set(got) == {"math", "science", "chat", "instruction_following", "safety", "conversational_agent", "swe",
                         "terminal_agent"}
-    assert got["swe"][0] == 1 and got["math"][2] == "cc-by-4.0"  # a row's own license wins
+    assert {lic for _, _, lic in got.values()} == {"nvidia-open-model-license"}  # the card's, not a row's own
+    assert {d for _, d, _ in got.values()} == set(got)  # terminal_agent rows are terminal_agent, not swe
     assert list(read_records(hub_specs("sft")[0], ROOT))[0].data["uuid"] == "s-math-1"

@@ -178,10 +178,11 @@ NEMOTRON_SFT = [
 SHAREGPT = {"id": "g1", "conversations": [{"from": "human", "value": "2+2?"}, {"from": "gpt", "value": "4"}]}
 NEMO_GYM_RL = [
     {"responses_create_params": {"input": [{"role": "user", "content": "Weather in Zürich?"}], "tools": TOOLS},
-     "agent_ref": "tool_calling_agent", "ground_truth": [{"name": "get_weather", "arguments": ARGS}]},
+     "agent_ref": {"type": "responses_api_agents", "name": "workplace_assistant_simple_agent"},
+     "ground_truth": [{"name": "get_weather", "arguments": ARGS}]},
     {"responses_create_params": {"input": [{"role": "system", "content": "Solve."},
                                            {"role": "user", "content": "1+1?"}]},
-     "agent_ref": "math", "expected_answer": "2"},
+     "agent_ref": "math_with_judge_simple_agent", "expected_answer": "2"},
 ]
 
 
@@ -286,7 +287,7 @@ def test_tool_schemas_and_arguments_round_trip_exactly(tmp_path):
     _release(_source_rows()["rl"], "rl", tmp_path / "rl")
     rl = load_release(tmp_path / "rl", "tool_calling", "train")[0]
     assert json.loads(rl["responses_create_params"]["tools"]) == TOOLS
-    assert json.loads(rl["ground_truth"]) == {"ground_truth": [{"name": "get_weather", "arguments": ARGS}]}
+    assert json.loads(rl["ground_truth"]) == {"calls": [{"name": "get_weather", "arguments": ARGS}]}
 
 
 @pytest.mark.parametrize("kind", ["sft", "rl"])

@@ -109,9 +109,12 @@ def _rest(raw: dict[str, Any], used: set[str]) -> dict[str, Any]:
     return out
 
 
-def _license(raw: dict[str, Any]) -> dict[str, str]:
+def _row_license(raw: dict[str, Any]) -> dict[str, str]:
+    """A row's own ``license`` (of the data it came from) as ``{"row_license": ...}`` for metadata: the
+    release's license (the registry's, from the dataset card) is the row's ``license``, since it governs
+    what may be re-released."""
     lic = raw.get("license")
-    return {"license": lic} if isinstance(lic, str) and lic.strip() else {}
+    return {"row_license": lic} if isinstance(lic, str) and lic.strip() else {}
 
 
 def nemotron_sft(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
@@ -121,7 +124,7 @@ def nemotron_sft(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
     kept; an empty system turn is dropped and counted in ``metadata.dropped_empty_system_turns``),
     ``tools`` (any common tool shape, see :func:`openai_tools`),
     ``generator`` (a non-string value is stored as its JSON), ``license`` (the
-    row's own, when set, overrides the registry's), ``category``/``domain`` (used
+    row's own -> ``metadata.row_license``), ``category``/``domain`` (used
     as the domain when it is a canonical SFT domain). ``uuid`` is kept as
     ``metadata.upstream_uuid``; every other field lands in ``metadata``.
     """
@@ -136,9 +139,9 @@ def nemotron_sft(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str,
         generator = json.dumps(jsonable(generator), ensure_ascii=False)
     domain = next((raw[k] for k in ("domain", "category") if raw.get(k) in SFT_DOMAINS), spec.domain)
     metadata = {"upstream_uuid": raw.get("uuid"), **_rest(raw, {"uuid", "messages", "tools", "generator", "license"}),
-                **notes}
+                **notes, **_row_license(raw)}
     return {"messages": messages, "tools": openai_tools(raw.get("tools"), drop_null_keys=True), "generator": generator,
-            "domain": domain, "metadata": metadata, **_license(raw)}
+            "domain": domain, "metadata": metadata}
 
 
 #: Upstream fields the agent translations (:mod:`corpora.nemo_gym`) turn into ``ground_truth`` and
@@ -178,7 +181,7 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
     ``metadata.sampling``; a top-level ``prompt`` equal to the last input turn is not repeated in
     metadata; a SWE agent's prompt is this package's SWE agent prompt), ``instruction_id_list`` +
     ``kwargs`` (entries null, objects or JSON strings; null-padded keys removed),
-    ``pass_rate``/``pass_rate_total``/``pass_rate_passed``, ``license`` (the row's own, when set).
+    ``pass_rate``/``pass_rate_total``/``pass_rate_passed``, ``license`` (the row's own -> ``metadata.row_license``).
     Everything else -> ``metadata``; the exact upstream line (``options.json_lines``) ->
     ``metadata.nemo_gym_row``, which a NeMo-Gym export writes back as it was.
     """
@@ -208,7 +211,7 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
             "pass_rate", "pass_rate_total", "pass_rate_passed", *TRANSLATED}
     if messages and raw.get("prompt") == messages[-1]["content"]:  # IF-RL rows repeat the user turn as `prompt`
         used.add("prompt")
-    metadata = {"upstream_uuid": raw.get("uuid"), **_rest(raw, used), **notes, **fields["metadata"]}
+    metadata = {"upstream_uuid": raw.get("uuid"), **_rest(raw, used), **notes, **fields["metadata"], **_row_license(raw)}
     if sampling:
         metadata["sampling"] = sampling
     if line is not None:
@@ -225,7 +228,7 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
         "pass_rate": _float(raw.get("pass_rate"), "pass_rate"),
         "pass_rate_total": _int(raw.get("pass_rate_total"), "pass_rate_total"),
         "pass_rate_passed": _int(raw.get("pass_rate_passed"), "pass_rate_passed"),
-        "metadata": metadata, **_license(raw)}
+        "metadata": metadata}
     if fields["ground_truth"] is not None:
         row["ground_truth"] = fields["ground_truth"]
     return row
