@@ -305,6 +305,22 @@ def call_text(name: str, **args: Any) -> str:
 
 
 WEATHER = tool_row([{"get_weather": {"city": ["Oslo"], "unit": ["celsius", ""]}}])
+WORKBENCH_TOOLS = ["email_search_emails", "email_reply_email", "email_delete_email", "email_send_email",
+                   "project_management_update_task", "calendar_create_event"]
+
+
+def workplace_row(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """A workbench row (NeMo-Gym's workplace assistant, :mod:`validators.verifiers.workplace`)."""
+    return {"uuid": "w", "agent_ref": "workplace", "ground_truth": json.dumps({"calls": calls}),
+            "responses_create_params": {"input": [], "tools": json.dumps(
+                [{"type": "function", "name": n, "parameters": {}} for n in WORKBENCH_TOOLS])}}
+
+
+REPLY = {"email_id": "00000057", "body": "Thanks - I will get back to you tomorrow."}
+DONE = {"task_id": "00000149", "field": "list_name", "new_value": "Done"}
+WORK_REPLY = workplace_row([{"name": "email_search_emails", "arguments": {"query": "report"}},
+                            {"name": "email_reply_email", "arguments": REPLY}])
+WORK_DONE = workplace_row([{"name": "project_management_update_task", "arguments": DONE}])
 PERSON = {"type": "object", "required": ["name", "age"],
           "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
 SCORE = {"type": "object", "required": ["score"], "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}}}
@@ -351,6 +367,24 @@ ANSWER_ATTACKS: dict[str, list[Attack]] = {
         ("call_on_irrelevance_row", call_text("get_weather", city="Oslo"), tool_row([])),
         ("duplicate_argument_last_wins",
          '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "city": "Oslo"}}</tool_call>', WEATHER),
+    ],
+    "workplace": [
+        ("do_nothing", "I have taken care of it.", WORK_REPLY),
+        ("only_read", call_text("email_search_emails", query="report"), WORK_REPLY),
+        ("right_write_plus_a_delete", call_text("email_reply_email", **REPLY)
+         + call_text("email_delete_email", email_id="00000057"), WORK_REPLY),
+        ("right_write_twice", call_text("email_reply_email", **REPLY) * 2, WORK_REPLY),
+        ("reply_to_every_email", "".join(call_text("email_reply_email", email_id=f"000000{i}", body=REPLY["body"])
+                                         for i in range(50, 60)), WORK_REPLY),
+        ("argument_spray", call_text("email_reply_email", **REPLY, cc="all@atlas.com"), WORK_REPLY),
+        ("case_of_a_status_field", call_text("project_management_update_task", **{**DONE, "new_value": "done"}),
+         WORK_DONE),
+        ("write_in_reasoning_only", f"<think>{call_text('email_reply_email', **REPLY)}</think>Done.", WORK_REPLY),
+        ("tool_not_offered", call_text("email_reply_email", **REPLY) + call_text("os_system", cmd="id"),
+         WORK_REPLY),
+        ("python_call_syntax", f"email_reply_email(email_id='00000057', body='{REPLY['body']}')", WORK_REPLY),
+        ("malformed_block", call_text("email_reply_email", **REPLY) + "<tool_call>{not json}</tool_call>",
+         WORK_REPLY),
     ],
     "structured_output": [
         ("padded_with_extra_keys", json.dumps({"name": "Ada", "age": 36, "id": 1, "email": "", "tags": []}),

@@ -47,8 +47,11 @@ def is_write(name: str) -> bool:
 
 
 def normalized(args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` with string values lower-cased except in :data:`CASE_SENSITIVE` keys (NeMo-Gym's rule)."""
-    return {k: v.lower() if isinstance(v, str) and k not in CASE_SENSITIVE else v for k, v in args.items()}
+    """``args`` with string values lower-cased (NeMo-Gym's rule), except where they land in a
+    :data:`CASE_SENSITIVE` column: an argument of that name, or the ``new_value`` of an update whose
+    ``field`` names one (``update_task(field="list_name", new_value="Done")``)."""
+    keep = CASE_SENSITIVE | ({"new_value"} if args.get("field") in CASE_SENSITIVE else set())
+    return {k: v.lower() if isinstance(v, str) and k not in keep else v for k, v in args.items()}
 
 
 def state_changes(calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
