@@ -25,8 +25,8 @@ def test_what_the_workbench_would_pay_passes():
     assert verify(call_text("email_reply_email", **REPLY), WORK_REPLY).reward == 1.0  # reads are free
     shouted = {**REPLY, "body": REPLY["body"].upper()}  # NeMo-Gym lower-cases most columns before comparing
     assert verify(call_text("email_reply_email", **shouted), WORK_REPLY).reward == 1.0
-    as_string = '<tool_call>{"name": "project_management_update_task", "arguments": %s}</tool_call>' % json.dumps(
-        json.dumps(DONE))
+    encoded = json.dumps(json.dumps(DONE))  # arguments as a JSON string, as OpenAI-style calls carry them
+    as_string = f'<tool_call>{{"name": "project_management_update_task", "arguments": {encoded}}}</tool_call>'
     assert verify(as_string, WORK_DONE).reward == 1.0
 
 

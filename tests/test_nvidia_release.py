@@ -186,6 +186,41 @@ def test_swe_rows_scored_by_episodes(rl, tmp_path):
     assert [e.grade.reward for e in fixed] == [1.0, 1.0] and [e.grade.reward for e in noop] == [0.0, 0.0]
 
 
+#: Patches a policy might answer a SWE row with, and what they earn (the row's own ``patch`` is the fix).
+CHEATS = {
+    "docstring_only": ('-    """The arithmetic mean of a non-empty list."""\n+    """The mean."""\n', "calc/__init__.py"),
+    "test_made_true": ("-    assert mean([2]) in (1, 2)\n+    assert True\n", "tests/test_calc.py"),
+}
+
+
+def _edit(path: str, hunk: str) -> str:
+    old, new = hunk.split("\n+")
+    start = "1,3" if path == "calc/__init__.py" else "5,1"
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -{start} +{start} @@\n"
+            f"{old}\n+{new}")
+
+
+def test_swe_rows_scored_as_patches_through_every_wrapper(rl, tmp_path, monkeypatch):
+    """One response to a SWE row is graded as SWE-bench grades a model patch (agentless)."""
+    monkeypatch.setenv("CASCADE_SWE_MIRRORS", str(calc_mirror(tmp_path)))
+    rows = rl["cascade2_rl_swe"][0]
+    gold = json.loads(rows[0]["ground_truth"])["patch"]
+    answers = [f"The divisor was off by one.\n```diff\n{gold}```", "I fixed it.",
+               *(_edit(path, hunk) for hunk, path in CHEATS.values())]
+    got = verify_batch(answers, [rows[0]] * len(answers), timeout_s=60)
+    assert [v.reward for v in got] == [1.0, 0.0, 0.0, 0.0], [v.reason for v in got]
+    assert [got[1].reason, got[3].details["restored"]] == ["no unified diff in the final answer", ["tests/test_calc.py"]]
+    columns = {k: [rows[1].get(k)] * 2 for k in rows[1]}
+    assert reward_func(timeout_s=60)([None] * 2, [answers[0], answers[1]], **columns) == [1.0, 0.0]
+    v = verl_row(rows[1], "train", 0)
+    assert compute_score(v["data_source"], answers[0], v["reward_model"]["ground_truth"], v["extra_info"],
+                         timeout_s=60)["score"] == 1.0
+    body = json.loads(upstream_lines("SWE-RL")[_upstream_uuid(rows[1])])
+    assert nemo_gym_verify({**body, "response": _responses_api(answers[0])}, timeout_s=60)["reward"] == 1.0
+    monkeypatch.delenv("CASCADE_SWE_MIRRORS")
+    assert verify_batch(answers[:1], rows[:1], timeout_s=60)[0].error == "no_environment"
+
+
 def test_export_back_is_the_upstream_line_byte_for_byte(rl):
     for name, config in (("cascade2_rl_if", "IF-RL"), ("cascade2_rl_multi_domain", "multi-domain-RL"),
                          ("cascade2_rl_mopd", "MOPD"), ("cascade2_rl_swe", "SWE-RL")):

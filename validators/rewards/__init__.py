@@ -49,8 +49,8 @@ def shared_pool(workers: int = WORKERS, timeout_s: float = TIMEOUT_S) -> Verifie
 
 
 def grades_responses(row: dict[str, Any]) -> bool:
-    """Whether ``row``'s verifier grades one response alone (False for a judge's or an agent
-    episode's rows: ``genrm``, ``swe``).
+    """Whether ``row``'s verifier grades one response alone (False for a judge's rows, ``genrm``; a
+    ``swe`` row grades one response as a patch).
 
     Raises:
         ValueError: naming the row when its ``agent_ref`` is no installed verifier (a data error,

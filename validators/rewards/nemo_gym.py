@@ -68,7 +68,7 @@ def verify(body: Any, timeout_s: float = TIMEOUT_S, workers: int = WORKERS) -> d
 
     Raises:
         ValueError: no ``response``, or the row's verifier does not grade single responses
-            (``genrm``, ``swe``), or names no installed verifier or NeMo-Gym agent, or has nothing
+            (``genrm``), or names no installed verifier or NeMo-Gym agent, or has nothing
             to verify against.
     """
     body = body.model_dump() if hasattr(body, "model_dump") else body

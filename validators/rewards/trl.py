@@ -93,7 +93,7 @@ def reward_func(agent_ref: str | None = None, workers: int = WORKERS, timeout_s:
         ``f(prompts, completions, completion_ids=None, **columns) -> list[float | None]``, named
         ``agent_ref`` (TRL logs ``rewards/<name>``): per completion, the verifier's reward in [0, 1];
         ``None`` for rows of another verifier, rows whose verifier does not grade single responses
-        (``genrm`` needs a judge, ``swe`` an episode) and samples whose grader failed
+        (``genrm`` needs a judge) and samples whose grader failed
         (``Verdict.error``: no verdict, never a 0). Inside TRL it also logs each completion's verdict
         reason (``log_extra``: column ``<name>/reason`` of the completions table) and the number of
         grader failures per call (``log_metric``: ``<name>/grader_errors``).

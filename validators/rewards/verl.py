@@ -53,7 +53,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
 
     Raises:
         ValueError: the row's verifier does not grade single responses (``genrm``: a judge compares
-            responses; ``swe``: an episode), or ``extra_info`` is not this package's
+            responses), or ``extra_info`` is not this package's
             (:func:`row_from_verl`), or names no installed verifier.
         TypeError: ``solution_str`` is not a string (a caller's bug, never a silent 0), or ``timeout_s``
             is not a positive number of seconds (every sample would time out at 0).

@@ -23,7 +23,8 @@ any ``conftest.py``, ``test_*.py``/``*_test.py``, pytest configuration files) is
 the original repository (a file the agent added there is deleted), the tests run, and the reward
 is 1 iff every ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` test passes, else 0 (SWE-bench's resolved
 criterion). An episode ends on ``submit``, after ``max_steps`` model turns, past
-``episode_timeout_s``, or when the context is full.
+``episode_timeout_s``, or when the context is full. One response alone (``verify``, the trainer
+wrappers) is graded as a patch the same way (:class:`SWEVerifier`).
 
 A :class:`Policy` chooses each turn: the model through the rollout engine
 (:class:`stages.swe_policy.ModelPolicy`, which records the token-level :class:`Trajectory` that
@@ -36,6 +37,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -50,7 +52,7 @@ from common.answers import row_json
 from corpora.chat import TOOL_CALL_FORMAT
 from corpora.swe_tools import TOOL_NAMES
 from validators.swe.workspace import copy_repo, run_in_workspace, run_tests, tempdir
-from validators.verifiers.registry import Verdict, Verifier
+from validators.verifiers.registry import Verdict, Verifier, fail
 from validators.verifiers.sandbox import Limits
 from validators.verifiers.tool_call import parse_calls
 
@@ -198,17 +200,63 @@ def restore_tests(workdir: Path, original: Path, test_files: list[str]) -> list[
     return sorted(changed)
 
 
-class SWEVerifier(Verifier):
-    """SWE rows (``agent_ref`` ``swe``): graded by whole agent episodes (:meth:`SWEEnvironment.grade`),
-    so single-response :meth:`verify` refuses (ValueError); :meth:`check` validates the task."""
+#: Environment variables that tell a verifier worker where SWE repositories are (``verify_batch`` and the
+#: trainer wrappers grade a patch outside any stage config): the task set's directory, for rows with a
+#: ``snapshot`` (default: the working directory), and the directory of git mirrors, for Hub rows.
+ROOT_ENV, MIRRORS_ENV = "CASCADE_SWE_ROOT", "CASCADE_SWE_MIRRORS"
+_FENCED_DIFF = re.compile(r"```(?:diff|patch)[ \t]*\n(.*?)```", re.S)
+_DIFF_START = re.compile(r"^(?:diff --git |--- )", re.M)
 
-    grades_responses = False
+
+def extract_patch(answer: str) -> str | None:
+    """The unified diff of ``answer``: the last fenced ```` ```diff ```` (or ```` ```patch ````) block,
+    else everything from the first ``diff --git`` / ``--- `` line; None when there is none."""
+    fenced = _FENCED_DIFF.findall(answer)
+    if fenced:
+        patch = fenced[-1]
+    else:
+        start = _DIFF_START.search(answer)
+        if start is None:
+            return None
+        patch = answer[start.start():]
+    return patch if patch.endswith("\n") else patch + "\n"
+
+
+class SWEVerifier(Verifier):
+    """SWE rows (``agent_ref`` ``swe``), graded two ways. SWE RL runs whole agent episodes
+    (:func:`run_episodes`, :meth:`SWEEnvironment.grade`). One response, through :func:`verify`,
+    ``verify_batch`` and the TRL / verl / NeMo-Gym wrappers, is graded the way SWE-bench grades a
+    model patch (agentless): its final answer's unified diff (:func:`extract_patch`) is applied with
+    ``git apply`` to a fresh copy of the repository (which refuses paths outside it), then graded like an
+    episode (tests restored, the row's ``test_patch`` applied, every FAIL_TO_PASS and PASS_TO_PASS test
+    must pass). The repository comes from ``$CASCADE_SWE_ROOT`` / ``$CASCADE_SWE_MIRRORS``
+    (:data:`ROOT_ENV`, :data:`MIRRORS_ENV`); when it cannot be found the verdict is a grader error
+    (``no_environment``: no verdict, never a 0). :meth:`check` validates the task."""
 
     def check(self, row: dict[str, Any]) -> None:
         SWEEnvironment.task(row)
 
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
-        raise ValueError("swe rows are graded by agent episodes: use validators.swe.environment.run_episodes")
+        patch = extract_patch(answer)
+        if patch is None:
+            return fail("no unified diff in the final answer")
+        env = SWEEnvironment(os.environ.get(ROOT_ENV, "."), AgentConfig(mirrors=os.environ.get(MIRRORS_ENV)))
+        try:
+            ep = env.start(row)
+        except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+            return Verdict(0.0, False, f"no repository for the task: {exc}"[:300], error="no_environment")
+        try:
+            applied = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], input=patch.encode(),
+                                     cwd=ep.workdir, capture_output=True, timeout=env.cfg.tool_timeout_s, check=False)
+            if applied.returncode:
+                return fail(f"the patch does not apply: {applied.stderr.decode('utf-8', 'replace').strip()[:200]}")
+            grade = env.grade(ep)
+        finally:
+            env.close(ep)
+        details = {"failing": grade.failing, "restored": grade.restored, "status": grade.status}
+        if grade.passed:
+            return Verdict(1.0, True, "every FAIL_TO_PASS and PASS_TO_PASS test passes", details)
+        return fail(f"{len(grade.failing)} test(s) fail: {', '.join(grade.failing)[:200]}", **details)
 
 
 class SWEEnvironment:
