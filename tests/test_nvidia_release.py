@@ -1,62 +1,39 @@
-"""NVIDIA's Cascade-2 releases end to end on local Hub-layout fixtures (``tests/fixtures/nvidia``).
-
-The fixtures reproduce ``nvidia/Nemotron-Cascade-2-RL-data`` (NeMo-Gym JSON lines per config: nested
-``responses_create_params``, ``agent_ref`` objects, ``kwargs`` entries null / objects / JSON strings,
-workplace ``arguments`` as JSON strings and objects, MCQA ``options`` lists, ``schema_str``, SWE rows
-with the instance under ``responses_create_params.metadata``) and ``nvidia/Nemotron-Cascade-2-SFT-Data``
-(one folder per config; ``messages`` a JSON string in ``swe``). ``responses.json`` holds a correct and
-a wrong response per RL row. The sources are ``corpora/sources-hub.yaml``'s, pointed at the fixtures.
+"""NVIDIA's Cascade-2 releases end to end on local Hub-layout fixtures (:mod:`tests.nvidia_fixtures`):
+every config and agent ingested, graded (a correct response 1, a wrong one 0, through ``verify_batch``
+and the TRL, verl and NeMo-Gym wrappers) and exported back byte for byte. The sources are
+``corpora/sources-hub.yaml``'s, pointed at the fixtures.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from common.io import Rejects
 from corpora.readers import read_records
-from corpora.registry import load_registry
 from curation.ingest import check_yields, ingest_source
 from curation.trainer_layouts import nemo_gym_line, verl_row
+from tests.nvidia_fixtures import (
+    RESPONSES,
+    ROOT,
+    calc_mirror,
+    hub_specs,
+    ingest,
+    responses_api,
+    upstream_lines,
+    upstream_uuid,
+)
 from validators.rewards.nemo_gym import verify as nemo_gym_verify
 from validators.rewards.trl import reward_func
 from validators.rewards.verl import compute_score
 from validators.verifiers.batch import verify_batch
 
-ROOT = Path(__file__).resolve().parents[1]
-FX = Path(__file__).parent / "fixtures" / "nvidia"
-RL_DIR, SFT_DIR = FX / "Nemotron-Cascade-2-RL-data", FX / "Nemotron-Cascade-2-SFT-Data"
-RESPONSES = json.loads((FX / "responses.json").read_text(encoding="utf-8"))
-
-
-def hub_specs(output: str):
-    """``sources-hub.yaml``'s sources of ``output``, reading the local fixture instead of the Hub."""
-    local = {"rl": RL_DIR, "sft": SFT_DIR}[output]
-    return [s.model_copy(update={"path": str(local)}) for s in load_registry(ROOT / "corpora" / "sources-hub.yaml")
-            if s.output == output]
-
-
-def upstream_lines(config: str) -> dict[str, str]:
-    lines = (RL_DIR / config / "train.jsonl").read_text(encoding="utf-8").splitlines()
-    return {json.loads(line)["uuid"]: line for line in lines}
-
 
 @pytest.fixture(scope="module")
 def rl():
     """``{source: (rows, rejects)}`` of every RL config."""
-    out = {}
-    for spec in hub_specs("rl"):
-        rejects = Rejects("ingest")
-        out[spec.name] = (ingest_source(spec, ROOT, rejects).rows, rejects)
-    return out
-
-
-def _upstream_uuid(row) -> str:
-    return json.loads(row["metadata"])["upstream_uuid"]
+    return ingest("rl")
 
 
 def test_every_config_and_agent_ingests(rl):
@@ -78,7 +55,7 @@ def test_every_config_and_agent_ingests(rl):
 
 
 def test_ground_truth_shapes_are_translated(rl):
-    rows = {_upstream_uuid(r): r for rows, _ in rl.values() for r in rows}
+    rows = {upstream_uuid(r): r for rows, _ in rl.values() for r in rows}
     if_row = rows["8d0c63d2-6a0b-5d2e-9a51-0c3f1f7e2a01"]
     assert json.loads(if_row["kwargs"]) == [{"relation": "at least", "num_words": 60}, {}]  # null-padded, null
     assert json.loads(rows["8d0c63d2-6a0b-5d2e-9a51-0c3f1f7e2a02"]["kwargs"]) == [{}, {"keywords": ["tide"]}]  # JSON strings
@@ -101,7 +78,7 @@ def test_ground_truth_shapes_are_translated(rl):
 
 def _graded(rl):
     """``[(row, correct, wrong)]`` of every RL row graded by one response (SWE: by episodes, below)."""
-    return [(r, RESPONSES[_upstream_uuid(r)]["correct"], RESPONSES[_upstream_uuid(r)]["wrong"])
+    return [(r, RESPONSES[upstream_uuid(r)]["correct"], RESPONSES[upstream_uuid(r)]["wrong"])
             for rows, _ in rl.values() for r in rows if r["agent_ref"] != "swe"]
 
 
@@ -127,50 +104,13 @@ def test_correct_scores_1_and_wrong_0_through_trl_and_verl(rl):
         assert [compute_score(args[0], text, *args[1:])["score"] for text in (correct, wrong)] == [1.0, 0.0], row["uuid"]
 
 
-def _responses_api(text: str) -> dict:
-    """A Responses API object whose output is ``text`` (tool-call blocks as ``function_call`` items)."""
-    items = []
-    for part in text.split("<tool_call>"):
-        call, _, rest = part.partition("</tool_call>")
-        if rest or part.endswith("</tool_call>"):
-            obj = json.loads(call)
-            items.append({"type": "function_call", "name": obj["name"], "arguments": json.dumps(obj["arguments"]),
-                          "call_id": f"c{len(items)}"})
-            part = rest
-        if part.strip():
-            items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": part}]})
-    return {"output": items}
-
-
 def test_correct_scores_1_and_wrong_0_through_nemo_gym_on_upstream_rows(rl):
     """NeMo-RL sends the upstream row whole: the verify server translates its agent's fields itself."""
     upstream = {u: json.loads(line) for c in ("IF-RL", "multi-domain-RL", "MOPD") for u, line in upstream_lines(c).items()}
     for row, correct, wrong in _graded(rl):
-        body = upstream[_upstream_uuid(row)]
-        got = [nemo_gym_verify({**body, "response": _responses_api(t)})["reward"] for t in (correct, wrong)]
+        body = upstream[upstream_uuid(row)]
+        got = [nemo_gym_verify({**body, "response": responses_api(t)})["reward"] for t in (correct, wrong)]
         assert got == [1.0, 0.0], (row["uuid"], body["agent_ref"])
-
-
-def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"}
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True, env=env).stdout.strip()
-
-
-def calc_mirror(root: Path) -> Path:
-    """The git mirror of ``cascade-fixtures/calc`` whose commit the SWE-RL fixture rows name (deterministic)."""
-    src = root / "calc-src"
-    (src / "calc").mkdir(parents=True)
-    (src / "tests").mkdir()
-    (src / "calc" / "__init__.py").write_text(
-        'def mean(xs):\n    """The arithmetic mean of a non-empty list."""\n    return sum(xs) / (len(xs) + 1)\n')
-    (src / "tests" / "test_calc.py").write_text(
-        "from calc import mean\n\n\ndef test_one():\n    assert mean([2]) in (1, 2)\n")
-    _git(src, "init", "-q", "-b", "main")
-    _git(src, "add", ".")
-    _git(src, "commit", "-qm", "base")
-    _git(root, "clone", "-q", "--mirror", str(src), str(root / "mirrors" / "cascade-fixtures__calc"))
-    return root / "mirrors"
 
 
 def test_swe_rows_scored_by_episodes(rl, tmp_path):
@@ -215,8 +155,8 @@ def test_swe_rows_scored_as_patches_through_every_wrapper(rl, tmp_path, monkeypa
     v = verl_row(rows[1], "train", 0)
     assert compute_score(v["data_source"], answers[0], v["reward_model"]["ground_truth"], v["extra_info"],
                          timeout_s=60)["score"] == 1.0
-    body = json.loads(upstream_lines("SWE-RL")[_upstream_uuid(rows[1])])
-    assert nemo_gym_verify({**body, "response": _responses_api(answers[0])}, timeout_s=60)["reward"] == 1.0
+    body = json.loads(upstream_lines("SWE-RL")[upstream_uuid(rows[1])])
+    assert nemo_gym_verify({**body, "response": responses_api(answers[0])}, timeout_s=60)["reward"] == 1.0
     monkeypatch.delenv("CASCADE_SWE_MIRRORS")
     assert verify_batch(answers[:1], rows[:1], timeout_s=60)[0].error == "no_environment"
 
@@ -226,11 +166,11 @@ def test_export_back_is_the_upstream_line_byte_for_byte(rl):
                          ("cascade2_rl_mopd", "MOPD"), ("cascade2_rl_swe", "SWE-RL")):
         lines = upstream_lines(config)
         for row in rl[name][0]:
-            assert nemo_gym_line(row) == lines[_upstream_uuid(row)]
+            assert nemo_gym_line(row) == lines[upstream_uuid(row)]
     row = rl["cascade2_rl_if"][0][0]
     measured = json.loads(nemo_gym_line({**row, "pass_rate": 0.5, "pass_rate_passed": 4}))
     assert (measured["pass_rate"], measured["pass_rate_passed"], measured["pass_rate_total"]) == (0.5, 4, 8)
-    assert measured["kwargs"] == json.loads(upstream_lines("IF-RL")[_upstream_uuid(row)])["kwargs"]
+    assert measured["kwargs"] == json.loads(upstream_lines("IF-RL")[upstream_uuid(row)])["kwargs"]
 
 
 def test_unknown_agents_are_rejected_by_name_and_fail_the_step(tmp_path):
