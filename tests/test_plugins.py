@@ -47,6 +47,21 @@ def test_a_plugin_verifier_grades_in_the_worker_processes(plugin_env):
         [0.0, "unclosed <think> block: no final answer", None]]
 
 
+def test_a_plugin_nemo_gym_agent_routes_upstream_rows_to_its_verifier(plugin_env):
+    code = ("import json; from validators.rewards.nemo_gym import verify\n"
+            "from corpora.nemo_gym import canonical_fields\n"
+            "row = {'uuid': 'p', 'agent_ref': {'type': 'responses_api_agents', 'name': 'palindrome_simple_agent'},\n"
+            "       'responses_create_params': {'input': [{'role': 'user', 'content': 'A palindrome?'}]}, 'min_letters': 5}\n"
+            "f = canonical_fields(row)\n"
+            "out = [verify({**row, 'response': {'output': [{'type': 'message', 'content': [\n"
+            "    {'type': 'output_text', 'text': t}]}]}})['reward'] for t in ('Never odd or even', 'not one')]\n"
+            "print(json.dumps([f['agent_ref'], f['domain'], f['ground_truth'], out]))")
+    proc = subprocess.run([sys.executable, "-c", code], env=plugin_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["palindrome", "palindromes", {"min_letters": 5},
+                                                                [1.0, 0.0]]
+
+
 def test_a_plugin_stage_runs_through_cascade_train(plugin_env, tmp_path):
     init = tmp_path / "init"
     init.mkdir()

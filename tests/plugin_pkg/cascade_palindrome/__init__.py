@@ -1,13 +1,15 @@
 """A plugin for cascade-rl: the ``palindromes`` RL domain graded by the ``palindrome`` verifier (reward 1
 when the final answer reads the same backwards, letters only, case folded; synthesized conversations
 are ``chat``) and the ``copy_init`` stage runner (its checkpoint is a copy of its init checkpoint,
-plus a metrics file)."""
+plus a metrics file), and the NeMo-Gym agent ``palindrome_simple_agent`` (rows in NeMo-Gym's layout
+naming it are graded by ``palindrome``; its ``min_letters`` field becomes the ground truth)."""
 
 import json
 import shutil
 from pathlib import Path
 from typing import ClassVar
 
+from corpora.nemo_gym import NemoGymAgent, nothing_to_verify
 from stages.base import StageConfig, StageResult
 from validators.verifiers import Verdict, Verifier
 
@@ -19,6 +21,15 @@ class PalindromeVerifier(Verifier):
         letters = [c.lower() for c in answer if c.isalpha()]
         ok = bool(letters) and letters == letters[::-1]
         return Verdict(float(ok), ok, "palindrome" if ok else "not a palindrome")
+
+
+def _palindrome_truth(raw):
+    if not raw.get("min_letters"):
+        raise nothing_to_verify("no min_letters")
+    return {"min_letters": raw["min_letters"]}, {}
+
+
+PALINDROME_AGENT = NemoGymAgent("palindrome_simple_agent", "palindrome", "palindromes", _palindrome_truth)
 
 
 class CopyInitConfig(StageConfig):
