@@ -152,10 +152,26 @@ def math(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"answer": str(answer).strip()}, {}
 
 
+def strict_schema(schema: Any) -> Any:
+    """A copy of ``schema`` made strict as NeMo-Gym's structured-outputs server makes it before validating
+    (``strictify_schema``, OpenAI's strict mode): every object node that lists ``properties`` requires all
+    of them and allows no other key."""
+    if isinstance(schema, list):
+        return [strict_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict):
+        out["required"], out["additionalProperties"] = list(out["properties"]), False
+    return out
+
+
 def structured_output(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Structured-output rows (NeMo-Gym ``structured_outputs``): ``schema_str`` (a JSON Schema as a JSON
-    string; ``schema``/``json_schema`` objects too) -> ``{schema}``. Only ``schema_type`` ``json`` with the
-    answer in the text (no ``response_mode`` ``tool_call``) is graded here: others are refused by name."""
+    string; ``schema``/``json_schema`` objects too) -> ``{schema}`` made strict as NeMo-Gym validates it
+    (:func:`strict_schema`), and ``metadata.fenced`` ``reject`` (NeMo-Gym parses the whole answer as JSON,
+    so a fenced block scores 0 there). Only ``schema_type`` ``json`` with the answer in the text (no
+    ``response_mode`` ``tool_call``) is graded here: others are refused by name."""
     kind = raw.get("schema_type") or "json"
     if kind != "json":
         raise RecordError(f"schema_type: {kind!r} is not graded here (json only)")
@@ -167,7 +183,7 @@ def structured_output(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     schema = json_value(schema, "schema_str")
     if not isinstance(schema, (dict, bool)):
         raise RecordError("schema_str: not a JSON Schema object")
-    return {"schema": schema}, {}
+    return {"schema": strict_schema(schema)}, {"fenced": "reject"}
 
 
 def workplace(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -68,6 +68,11 @@ def test_ground_truth_shapes_are_translated(rl):
     work = json.loads(rows["b7f2c9e4-1d3a-5e8b-9c6f-2a4d8e1f3b50"]["ground_truth"])["calls"]
     assert work[1] == {"name": "email_reply_email", "arguments": {
         "email_id": "00000057", "body": "Thanks for the update - I will get back to you tomorrow."}}
+    element = rows["0f6a4c1e-8b2d-5f3a-a7c9-1e2d3c4b5a64"]  # strict as NeMo-Gym validates: all required, no extra
+    assert json.loads(element["ground_truth"])["schema"] == {
+        "type": "object", "properties": {"symbol": {"type": "string"}, "atomic_number": {"type": "integer"}},
+        "required": ["symbol", "atomic_number"], "additionalProperties": False}
+    assert json.loads(element["metadata"])["fenced"] == "reject"
     swe = json.loads(rows["a9e3f1d2-5b6c-5d7e-8f90-1a2b3c4d5e01"]["ground_truth"])
     assert (swe["repo"], swe["FAIL_TO_PASS"], swe["PASS_TO_PASS"]) == (
         "cascade-fixtures/calc", ["tests/test_calc.py::test_pair"], ["tests/test_calc.py::test_one"])
