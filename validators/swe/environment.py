@@ -301,11 +301,16 @@ class SWEEnvironment:
         return dst
 
     def start(self, row: dict[str, Any]) -> Episode:
-        """A new episode: a fresh copy of the repository with the bug applied."""
+        """A new episode: a fresh copy of the repository with the bug applied (nothing left behind when the
+        repository cannot be found)."""
         task = self.task(row)
         base = tempdir("cascade-episode-")
-        original = self._original(task, base / "original")
-        workdir = copy_repo(original, base / "repo", task.get("bug", {}))
+        try:
+            original = self._original(task, base / "original")
+            workdir = copy_repo(original, base / "repo", task.get("bug", {}))
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)
+            raise
         params = row["responses_create_params"]
         messages = [{"role": m["role"], "content": m["content"]} for m in params["input"]]
         return Episode(row, task, workdir, messages, time.monotonic())
