@@ -303,7 +303,7 @@ def _json_lines(spec: SourceSpec, kwargs: dict[str, Any], max_bytes: int) -> Ite
     split = kwargs["split"]
     files = f"{root}/{spec.hf_config}/{split}*.jsonl" if spec.hf_config else f"{root}/{split}*.jsonl"
     ds = load_dataset("text", data_files={split: files}, split=split)
-    for i, line in enumerate(ds["text"]):
+    for i, line in enumerate(r["text"] for r in ds):
         rid = f"{spec.hf_config or 'default'}:{kwargs['split']}:{i}"
         size = len(line.encode("utf-8"))
         if size > max_bytes:
