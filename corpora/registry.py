@@ -111,15 +111,38 @@ class ModelSpec(BaseModel):
         return [self.path] if isinstance(self.path, str) else list(self.path)
 
 
+def raw_entries(path: str | Path, section: str) -> list[Any]:
+    """The raw entries of registry section ``section`` (``sources``, ``models``, ``repositories``), those of
+    the registries the file includes first::
+
+        include:                                   # paths relative to this file
+          - {path: sources.yaml, roles: [benchmark]}   # roles: keep only its sources of these roles
+
+    Raises:
+        ValueError: an include entry without a ``path``.
+    """
+    path = Path(path)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    out: list[Any] = []
+    for inc in raw.get("include") or []:
+        if not isinstance(inc, dict) or not isinstance(inc.get("path"), str):
+            raise ValueError(f"{path}: include: each entry is {{path, roles?}}, got {inc!r}")
+        entries = raw_entries(path.parent / inc["path"], section)
+        if section == "sources" and inc.get("roles"):
+            entries = [e for e in entries if isinstance(e, dict) and e.get("role", "train") in inc["roles"]]
+        out += entries
+    return out + (raw.get(section) or [])
+
+
 def load_section(section: str, model: type[BaseModel], path: str | Path = DEFAULT_REGISTRY) -> list[Any]:
-    """The entries of registry section ``section`` (e.g. ``models``), each validated as ``model``.
+    """The entries of registry section ``section`` (e.g. ``models``; includes first, :func:`raw_entries`),
+    each validated as ``model``.
 
     Raises:
         ValueError: naming the section, entry and field that is wrong.
     """
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     out = []
-    for i, entry in enumerate(raw.get(section, [])):
+    for i, entry in enumerate(raw_entries(path, section)):
         try:
             out.append(model.model_validate(entry))
         except ValidationError as exc:
@@ -138,7 +161,8 @@ def load_models(path: str | Path = DEFAULT_REGISTRY) -> list[ModelSpec]:
 def load_registry(path: str | Path = DEFAULT_REGISTRY, only: list[str] | None = None,
                   options: dict[str, dict[str, Any]] | None = None,
                   include_disabled: bool = False) -> list[SourceSpec]:
-    """Read and validate the registry; keep the entries named in ``only`` if given.
+    """Read and validate the registry (its includes first, :func:`raw_entries`); keep the entries named in
+    ``only`` if given.
 
     Sources with ``enabled: false`` are left out unless ``only`` names them or
     ``include_disabled`` is set.
@@ -152,10 +176,9 @@ def load_registry(path: str | Path = DEFAULT_REGISTRY, only: list[str] | None = 
             ``only`` or ``options``, a duplicated source name, or a derived source
             whose seeds are missing or listed after it.
     """
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     options = options or {}
     specs: list[SourceSpec] = []
-    for i, entry in enumerate(raw.get("sources", [])):
+    for i, entry in enumerate(raw_entries(path, "sources")):
         if isinstance(entry, dict) and entry.get("name") in options:
             entry = {**entry, "options": {**entry.get("options", {}), **options[entry["name"]]}}
         try:

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             counts = (write_verl if args.command == "verl" else write_nemo_gym)(args.release, args.config, args.out)
-        except (FileNotFoundError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # OSError: a missing path, or a Hub id unreachable (ConnectionError)
             print(f"cascade {args.command}: error: {exc}", file=sys.stderr)
             return 1
         for split, n in counts.items():

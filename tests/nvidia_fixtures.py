@@ -32,7 +32,7 @@ def hub_specs(output: str):
     """``sources-hub.yaml``'s sources of ``output``, reading the local fixture instead of the Hub."""
     local = {"rl": RL_DIR, "sft": SFT_DIR}[output]
     return [s.model_copy(update={"path": str(local)}) for s in load_registry(ROOT / "corpora" / "sources-hub.yaml")
-            if s.output == output]
+            if s.output == output and s.role == "train"]
 
 
 def ingest(output: str) -> dict[str, tuple[list[dict[str, Any]], Any]]:

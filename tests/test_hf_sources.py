@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from common.io import Rejects
 from corpora.registry import SourceSpec, load_registry
@@ -203,7 +204,33 @@ def test_nemo_gym_agent_ref_as_string_and_bad_kwargs(tmp_path):
 
 
 def test_hub_registry_is_valid():
-    specs = load_registry(Path(__file__).resolve().parents[1] / "corpora" / "sources-hub.yaml")
+    everything = load_registry(Path(__file__).resolve().parents[1] / "corpora" / "sources-hub.yaml")
+    default = {s.name for s in load_registry() if s.role == "benchmark"}
+    assert {s.name for s in everything if s.role == "benchmark"} == default  # included from sources.yaml
+    specs = [s for s in everything if s.role == "train"]
     assert {s.adapter for s in specs} == {"nemotron_sft", "nemo_gym_rl"}
     assert {s.hf_config for s in specs if s.output == "rl"} == {"IF-RL", "multi-domain-RL", "MOPD", "SWE-RL"}
     assert all(s.kind == "hf" and s.format == "hf" for s in specs)
+
+
+def test_a_registry_includes_another_registrys_sources_by_role_and_its_sections(tmp_path):
+    from corpora.registry import load_models
+
+    def src(name, role):
+        return {"name": name, "kind": "local", "path": "x", "format": "jsonl", "adapter": "sharegpt",
+                "output": "sft" if role == "train" else "rl", "domain": "chat" if role == "train" else "math",
+                "role": role, "license": "MIT"}
+
+    model = {"name": "m", "kind": "pypi", "package": "p", "version": "1", "path": "m.gguf", "format": "gguf",
+             "license": "MIT"}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(
+        {"sources": [src("base_train", "train"), src("base_bench", "benchmark")], "models": [model]}))
+    (tmp_path / "sub").mkdir()
+    top = tmp_path / "sub" / "top.yaml"
+    top.write_text(yaml.safe_dump({"include": [{"path": "../base.yaml", "roles": ["benchmark"]}],
+                                   "sources": [src("mine", "train")]}))
+    assert [s.name for s in load_registry(top)] == ["base_bench", "mine"]
+    assert [m.name for m in load_models(top)] == ["m"]
+    top.write_text(yaml.safe_dump({"include": ["../base.yaml"], "sources": []}))
+    with pytest.raises(ValueError, match="include: each entry is"):
+        load_registry(top)

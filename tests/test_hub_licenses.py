@@ -24,7 +24,7 @@ def test_the_hub_registry_has_the_cards_licenses_and_a_terminal_agent_domain():
     sft = {s.name: s for s in SPECS if s.output == "sft"}
     assert len(sft) == 8 and all(n.startswith("cascade2_sft_") for n in sft)
     assert {s.license for s in sft.values()} == {NVIDIA}
-    assert {s.license for s in SPECS if s.output == "rl"} == {"odc-by"}
+    assert {s.license for s in SPECS if s.output == "rl" and s.role == "train"} == {"odc-by"}
     terminal = sft["cascade2_sft_terminal_agent"]
     assert (terminal.hf_config, terminal.domain, terminal.notes) == ("terminal_agent", "terminal_agent", "")
     assert {s.hf_config for s in sft.values()} == {s.domain for s in sft.values()}  # one config, one domain
