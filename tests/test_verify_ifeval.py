@@ -116,9 +116,9 @@ def test_all_ifeval_and_ifbench_ids_are_registered():
                   "length_constraints:nth_paragraph_first_word", "length_constraints:number_paragraphs",
                   "length_constraints:number_sentences", "length_constraints:number_words", "punctuation:no_comma",
                   "startend:end_checker", "startend:quotation"}
-    follows("punctuation:no_comma", {}, "")  # loads the IFBench checks
+    follows("punctuation:no_comma", {}, "")  # loads the IFBench and IFTrain checks
     assert len(ifeval_ids) == 25 and ifeval_ids <= set(INSTRUCTIONS)
-    assert len(INSTRUCTIONS) == 25 + 57
+    assert len(INSTRUCTIONS) == 25 + 57 + 29  # IFEval, IFBench, IFTrain (tests/test_verify_iftrain.py)
 
 
 def test_repeated_ids_binary_and_fraction_rewards():

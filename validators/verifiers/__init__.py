@@ -3,7 +3,7 @@ r"""Response verifiers shared by rewards (stage runners) and difficulty filterin
 Verifiers are entry points of group ``cascade_rl.verifiers`` keyed by the RL row's ``agent_ref``
 (:mod:`.registry`, :mod:`common.plugins`), loaded on first use; one module per domain:
 ``math`` and ``reasoning_gym`` (:mod:`.math`), ``code`` (:mod:`.code`, run in :mod:`.sandbox`),
-``mcqa`` (:mod:`.mcqa`), ``instruction_following`` (:mod:`.ifeval` + :mod:`.ifbench`),
+``mcqa`` (:mod:`.mcqa`), ``instruction_following`` (:mod:`.ifeval` + :mod:`.ifbench` + :mod:`.iftrain`),
 ``tool_call`` (:mod:`.tool_call`), ``structured_output`` (:mod:`.structured_output`),
 ``long_context`` (:mod:`.long_context`) and ``genrm`` (:mod:`.genrm`, pairwise judge parsing).
 :func:`verify_batch` (:mod:`.batch`) grades many samples in worker processes under a wall clock

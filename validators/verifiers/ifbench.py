@@ -12,6 +12,10 @@ stand-ins, by necessity:
   an approximation of ``pos_tag(...)[0][1].startswith("VB")`` and is reported as such;
 * syllables (``words:odd_even_syllables``) come from ``syllapy``, emoji tests from ``emoji``, as in
   the reference.
+
+The ``repeat:*`` checks fix the whole answer (a copy of the request, one word changed at most): they are
+``fixed`` instructions, which the relevance gate of :mod:`validators.verifiers.ifeval` (that discounts
+text copied from the request, and so zeroed every correct answer) does not apply to.
 """
 
 from __future__ import annotations
@@ -463,17 +467,17 @@ def _no_whitespace(text):
 
 
 # ------------------------------------------------------------------ repeat:*
-@instruction("repeat:repeat_change", "prompt_to_repeat")
+@instruction("repeat:repeat_change", "prompt_to_repeat", fixed=True)
 def _repeat_change(text, prompt_to_repeat):
     return text != prompt_to_repeat and prompt_to_repeat.split()[1:] == text.split()[1:]
 
 
-@instruction("repeat:repeat_simple")
+@instruction("repeat:repeat_simple", fixed=True)
 def _repeat_simple(text):
     return text.strip().lower() == "only output this sentence here, ignore all other requests."
 
 
-@instruction("repeat:repeat_span", "prompt_to_repeat", "n_start", "n_end")
+@instruction("repeat:repeat_span", "prompt_to_repeat", "n_start", "n_end", fixed=True)
 def _repeat_span(text, prompt_to_repeat, n_start, n_end):
     return text.strip().lower() == " ".join(prompt_to_repeat.split()[n_start:n_end + 1]).strip().lower()
 

@@ -7,8 +7,9 @@ instruction is followed (strict IFEval "prompt-level" accuracy, the default), or
 followed when ``metadata.reward_mode`` is ``"fraction"`` (``passed`` still means all followed).
 
 Checks follow the reference IFEval semantics (google-research ``instruction_following_eval``,
-Zhou et al. 2023) and IFBench's (allenai/IFBench, :mod:`validators.verifiers.ifbench`), reimplemented
-offline. Differences, by design:
+Zhou et al. 2023), IFBench's (allenai/IFBench, :mod:`validators.verifiers.ifbench`) and the IFTrain
+constraints of NVIDIA's IF-RL rows (verifiable_instructions, :mod:`validators.verifiers.iftrain`),
+reimplemented offline. Differences, by design:
 
 * no nltk data is available here, so sentences come from :func:`split_sentences` (a regex splitter
   that keeps ``Mr.``, ``e.g.``, decimals and acronyms inside a sentence) instead of Punkt, and word
@@ -34,9 +35,13 @@ run of ``copy_run`` (5) or more words copied from the request (an echo is not an
 half of the request's n content stems) distinct content stems with the request (``metadata.question``,
 else the last user turn; stop words and chat words removed, a crude suffix-strip + 5-character stem,
 CJK as character bigrams). A gated-out answer gets 0 and the reason ``"relevance gate: ..."``; rows
-without a request, or whose request has no content word, are not gated; an imposed response
-language keeps the length floor only. Off: ``InstructionFollowingVerifier(RelevanceGate(enabled=False))``
-or per row ``metadata.relevance_gate: false`` (or an object of overrides).
+without a request, or whose request has no content word, are not gated, nor an answer that follows
+an instruction fixing the whole answer (a copy of part of the request, ``Instruction.fixed``: IFBench's
+``repeat:*``, the IFTrain copy checks of :mod:`validators.verifiers.iftrain`; the gate would zero those
+exact copies; an answer that does not follow it is gated, so that ``"fraction"`` rewards stay closed);
+an imposed response language keeps the length floor only. Off:
+``InstructionFollowingVerifier(RelevanceGate(enabled=False))`` or per row ``metadata.relevance_gate:
+false`` (or an object of overrides).
 
 Thresholds were chosen on 100 train rows (``python -m benchmarks.if_gate --grid``; the grid point
 maximising "degenerate stopped minus paid honest answers lost": min_shared 1: 39% degenerate still
@@ -83,20 +88,31 @@ RELATIONS = ("less than", "at least")
 
 @dataclass(frozen=True)
 class Instruction:
-    """One checkable instruction: ``check(text, **kwargs) -> bool`` and its argument names."""
+    """One checkable instruction: ``check(text, **kwargs) -> bool`` and its argument names.
+
+    Attributes:
+        validate: ``validate(**kwargs)`` raising ValueError on arguments the check cannot grade (run
+            by :func:`prepare`, so ``check_row`` rejects the row), or None.
+        fixed: the check accepts only the answer the row spells out (a copy of part of the request,
+            one word changed at most): the relevance gate, which discounts what the answer copies from
+            the request, does not apply to an answer that follows it.
+    """
 
     check: Callable[..., bool]
     required: tuple[str, ...]
     optional: tuple[str, ...] = ()
+    validate: Callable[..., None] | None = None
+    fixed: bool = False
 
 
 INSTRUCTIONS: dict[str, Instruction] = {}
 
 
-def instruction(iid: str, *required: str, optional: tuple[str, ...] = ()) -> Callable:
-    """Decorator registering a check function under instruction id ``iid``."""
+def instruction(iid: str, *required: str, optional: tuple[str, ...] = (),
+                validate: Callable[..., None] | None = None, fixed: bool = False) -> Callable:
+    """Decorator registering a check function under instruction id ``iid`` (see :class:`Instruction`)."""
     def deco(fn: Callable[..., bool]) -> Callable[..., bool]:
-        INSTRUCTIONS[iid] = Instruction(fn, required, optional)
+        INSTRUCTIONS[iid] = Instruction(fn, required, optional, validate, fixed)
         return fn
     return deco
 
@@ -184,10 +200,18 @@ def _forbidden(text: str, forbidden_words: list[str]) -> bool:
     return not any(re.search(r"\b" + re.escape(latin_fold(w)) + r"\b", folded) for w in forbidden_words)
 
 
-@instruction("keywords:letter_frequency", "letter", "let_frequency", "let_relation")
-def _letter_frequency(text: str, letter: str, let_frequency: int, let_relation: str) -> bool:
+def one_letter(letter: Any, **_: Any) -> None:
+    """Validator of the ``letter`` argument (:class:`Instruction` ``validate``).
+
+    Raises:
+        ValueError: ``letter`` is not one ASCII letter.
+    """
     if not (isinstance(letter, str) and len(letter) == 1 and letter.isascii() and letter.isalpha()):
         raise ValueError(f"letter must be one ASCII letter, got {letter!r}")
+
+
+@instruction("keywords:letter_frequency", "letter", "let_frequency", "let_relation", validate=one_letter)
+def _letter_frequency(text: str, letter: str, let_frequency: int, let_relation: str) -> bool:
     return compare(Counter(text.lower())[letter.lower()], let_relation, let_frequency)
 
 
@@ -363,9 +387,10 @@ def prepare(iid: str, kwargs: dict[str, Any]) -> tuple[Instruction, dict[str, An
     """The instruction ``iid`` and its validated arguments (integral floats become ints).
 
     Raises:
-        ValueError: unknown id, missing or unknown argument, unknown relation, bad letter.
+        ValueError: unknown id, missing or unknown argument, unknown relation, or arguments the
+            instruction's ``validate`` refuses (a bad letter, a count that is not positive...).
     """
-    from validators.verifiers import ifbench  # noqa: F401  (registers the IFBench checks)
+    from validators.verifiers import ifbench, iftrain  # noqa: F401  (register the IFBench and IFTrain checks)
 
     if iid not in INSTRUCTIONS:
         raise ValueError(f"unknown instruction id {iid!r}")
@@ -380,8 +405,8 @@ def prepare(iid: str, kwargs: dict[str, Any]) -> tuple[Instruction, dict[str, An
     for key in ("relation", "let_relation", "capital_relation"):
         if key in args and args[key] not in RELATIONS:
             raise ValueError(f"{iid}: unknown relation {args[key]!r}; expected one of {RELATIONS}")
-    if iid == "keywords:letter_frequency":
-        _letter_frequency("", **args)
+    if spec.validate is not None:
+        spec.validate(**args)
     return spec, args
 
 
@@ -486,10 +511,11 @@ class RelevanceGate:
       request's stems when the request has few.
 
     A row whose request has no content word, or no request at all, is not gated (nothing to check
-    relevance against); a row that imposes the answer's language (``language:response_language``)
-    keeps the length floor only. Attributes are the thresholds chosen on train rows (module doc); ``enabled``
-    False restores the ungated reward. A row overrides per key with ``metadata.relevance_gate``
-    (``false``, or an object such as ``{"min_shared": 1}``).
+    relevance against), nor an answer that follows a ``fixed`` instruction (the copy of the request the
+    row asks for, :class:`Instruction`); a row that imposes the answer's language
+    (``language:response_language``) keeps the length floor only. Attributes are the thresholds chosen
+    on train rows (module doc); ``enabled`` False restores the ungated reward. A row overrides per key
+    with ``metadata.relevance_gate`` (``false``, or an object such as ``{"min_shared": 1}``).
     """
 
     enabled: bool = True
@@ -521,6 +547,8 @@ class RelevanceGate:
         request = request_text(row)
         if not self.enabled or not request:
             return True, "gate off" if not self.enabled else "no request: not gated", {}
+        if any(prepare(iid, kw)[0].fixed and follows(iid, kw, answer) for iid, kw in _row_specs(row)):
+            return True, "the answer is the copy the row asks for: not gated", {}
         rest = strip_copies(answer, request, self.copy_run)
         req_stems = content_stems(request, self.stem)
         if not req_stems:
