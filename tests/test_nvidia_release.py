@@ -40,7 +40,7 @@ def test_every_config_and_agent_ingests(rl):
     got = {name: (sorted((r["agent_ref"], r["domain"]) for r in rows), sorted(x["reason"] for x in rejects.rows))
            for name, (rows, rejects) in rl.items()}
     assert got == {
-        "cascade2_rl_if": ([("instruction_following", "instruction_following")] * 3, []),
+        "cascade2_rl_if": ([("instruction_following", "instruction_following")] * 4, []),
         "cascade2_rl_multi_domain": (
             [("mcqa", "stem_mcqa")] * 2 + [("structured_output", "structured_output")]
             + [("workplace", "tool_calling")] * 2,
@@ -89,7 +89,7 @@ def _graded(rl):
 
 def test_correct_scores_1_and_wrong_0_through_verify_batch(rl):
     cases = _graded(rl)
-    assert len(cases) == 13
+    assert len(cases) == 14
     verdicts = verify_batch([c for _, c, _ in cases] + [w for _, _, w in cases], [r for r, _, _ in cases] * 2)
     rewards = [v.reward for v in verdicts]
     reasons = {r["agent_ref"]: v.reason for (r, _, _), v in zip(cases, verdicts)}

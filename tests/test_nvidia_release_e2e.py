@@ -100,7 +100,7 @@ def test_ingest_dedup_and_decontamination_on_the_release_rows(pipeline_dir):
         assert m[step]["rows_in"] == m[step]["rows_out"] + m[step]["rows_rejected"], step
     per_source = m["ingest"]["per_source"]
     assert {s: per_source[s]["rows_out"] for s in per_source if s.startswith("cascade2_rl")} == {
-        "cascade2_rl_if": 3, "cascade2_rl_multi_domain": 5, "cascade2_rl_mopd": 5, "cascade2_rl_swe": 2}
+        "cascade2_rl_if": 4, "cascade2_rl_multi_domain": 5, "cascade2_rl_mopd": 5, "cascade2_rl_swe": 2}
     assert sum(per_source[s]["rows_out"] for s in per_source if s.startswith("cascade2_sft")) == 8  # one per config
     assert (per_source["ifeval"]["rows_out"], per_source["humaneval"]["rows_out"]) == (541, 164)
     assert m["ingest"]["rejected_by_reason"] == {"no_ground_truth": 3}
@@ -138,11 +138,11 @@ def test_difficulty_keeps_what_the_release_pass_rates_imply(pipeline_dir):
     # every surviving non-SWE fixture row was built into a set (the SWE rows carry no pass rate)
     built_rows = set().union(*expected.values(), dropped)
     assert built_rows == {u for u, r in fixtures.items() if u not in gone and r["agent_ref"]["name"] != "swe_agents_train"}
-    # hand-computed from the fixtures under (0.3, 0.7): IF 5/8 kept, 2/8 dropped; math 8/16; MCQA 8/16, 6/16,
+    # hand-computed from the fixtures under (0.3, 0.7): IF 5/8 kept, 2/8 and 7/8 dropped; math 8/16; MCQA 8/16, 6/16,
     # 7/16; structured 4/8 kept, 6/8 dropped; workplace 4/8, 4/8 kept, 2/8 dropped
     assert {k: len(v) for k, v in expected.items()} == {"stem_mcqa": 3, "instruction_following": 1,
                                                          "tool_calling": 2, "structured_output": 1, "math": 1}
-    assert sorted(dropped.values()) == ["too_easy: 6/8", "too_hard: 2/8", "too_hard: 2/8"]
+    assert sorted(dropped.values()) == ["too_easy: 6/8", "too_easy: 7/8", "too_hard: 2/8", "too_hard: 2/8"]
 
     manifest = json.loads((work / "data" / "filtered" / "manifest.json").read_text())
     assert manifest["pass_rates"] == m["difficulty"]["pass_rates"] == "release"
@@ -154,8 +154,8 @@ def test_difficulty_keeps_what_the_release_pass_rates_imply(pipeline_dir):
         n = len(expected[name]) + sum(u in dropped for u in _upstream(
             pl.read_parquet(work / "data" / "sets" / "rl" / name / "train.parquet")))
         assert manifest["sets"][f"rl/{name}"] == {"rows": n, "measured": 0, "release": n, "kept": len(expected[name])}
-    assert (m["difficulty"]["rows_in"], m["difficulty"]["rows_out"]) == (11, 8)
-    assert m["difficulty"]["rejected_by_reason"] == {"too_easy": 1, "too_hard": 2}
+    assert (m["difficulty"]["rows_in"], m["difficulty"]["rows_out"]) == (12, 8)
+    assert m["difficulty"]["rejected_by_reason"] == {"too_easy": 2, "too_hard": 2}
     assert sorted(_rejects(work, "difficulty").values()) == sorted(dropped.values())
     # the stage mixes keep exactly their domains' kept rows
     kept_all = sorted(u for v in expected.values() for u in v)
@@ -234,5 +234,5 @@ def test_one_grpo_step_on_the_rows_the_filter_kept(pipeline_dir, monkeypatch, tm
     record = read_record(result.checkpoint)
     assert set(record["datasets"]) == {"data/filtered/rl/mopd"}
     assert record["difficulty_filter"]["data/filtered/rl/mopd"] == {
-        "difficulty_filter": "applied", "bounds": list(BOUNDS), "full_set": "data/sets/rl/mopd", "rows": 11, "kept": 8,
+        "difficulty_filter": "applied", "bounds": list(BOUNDS), "full_set": "data/sets/rl/mopd", "rows": 12, "kept": 8,
         "unmeasured_domains": []}
