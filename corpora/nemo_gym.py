@@ -30,8 +30,10 @@ from common import plugins
 from corpora.adapters._common import json_value, jsonable, text
 from corpora.schema import RecordError
 
-#: How :func:`canonical_fields` names an upstream row's agent in ``metadata`` (export restores it).
+#: How :func:`canonical_fields` names an upstream row's agent in ``metadata``.
 UPSTREAM_AGENT_KEY = "nemo_gym_agent_ref"
+#: The ``metadata`` key of a row's exact upstream JSON line (what the NeMo-Gym export writes back).
+UPSTREAM_ROW_KEY = "nemo_gym_row"
 
 Translate = Callable[[dict[str, Any]], tuple[dict[str, Any] | None, dict[str, Any]]]
 

@@ -149,8 +149,10 @@ def nemo_gym_line(row: dict[str, Any]) -> str:
     ``ground_truth``, ``instruction_id_list``, ``kwargs``, the pass rates and ``metadata`` (decoded),
     null fields left out.
     """
+    from corpora.nemo_gym import UPSTREAM_ROW_KEY
+
     meta = _decoded(row.get("metadata")) or {}
-    line = meta.get("nemo_gym_row")
+    line = meta.get(UPSTREAM_ROW_KEY)
     if line is not None:
         upstream = json.loads(line)
         changed = {k: row.get(k) for k in PASS_RATES if row.get(k) != upstream.get(k)}

@@ -185,7 +185,7 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
     Everything else -> ``metadata``; the exact upstream line (``options.json_lines``) ->
     ``metadata.nemo_gym_row``, which a NeMo-Gym export writes back as it was.
     """
-    from corpora.nemo_gym import canonical_fields
+    from corpora.nemo_gym import UPSTREAM_ROW_KEY, canonical_fields
     from corpora.readers import UPSTREAM_LINE
 
     line = raw.pop(UPSTREAM_LINE, None)
@@ -215,7 +215,7 @@ def nemo_gym_rl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, 
     if sampling:
         metadata["sampling"] = sampling
     if line is not None:
-        metadata["nemo_gym_row"] = line
+        metadata[UPSTREAM_ROW_KEY] = line
     tools = openai_tools(rcp.get("tools"), "responses_create_params.tools", drop_null_keys=True)
     prompt = {"input": messages, "tools": tools}
     if fields["agent_ref"] == "swe":
