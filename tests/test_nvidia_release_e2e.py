@@ -22,9 +22,8 @@ import pytest
 import torch
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-FX = Path(__file__).parent / "fixtures" / "nvidia"
-RESPONSES = json.loads((FX / "responses.json").read_text(encoding="utf-8"))
+from tests.nvidia_fixtures import FX, RESPONSES, ROOT
+
 BENCHMARKS = ("ifeval", "humaneval")
 BOUNDS = (0.3, 0.7)  # difficulty.min / max: strict, min < pass_rate < max
 STEPS = ("ingest", "dedup", "decontam_index", "decontaminate", "validate", "build", "difficulty")
