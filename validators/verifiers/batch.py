@@ -42,9 +42,9 @@ def _serve(rfd: int, wfd: int) -> None:
     from common import plugins
     from validators.verifiers.registry import get_verifier
 
-    for name in plugins.names("verifiers"):  # every installed verifier, out-of-tree ones too, before READY
+    for name in plugins.names("verifiers"):  # every installed verifier, out-of-tree ones too, warm, before READY
         try:
-            get_verifier(name)
+            get_verifier(name).warmup()
         except Exception:  # noqa: BLE001 (a broken plugin fails the rows that name it, with its error)
             pass
 

@@ -110,6 +110,10 @@ class Verifier:
         can be earned without the task (code tests that a constant passes). Run by :func:`check_row`
         when a row enters an RL set, not at scoring (a held-out or hand-made row may still be graded)."""
 
+    def warmup(self) -> None:
+        """Load what the first :meth:`score` would load lazily (parsers, grammars): verifier workers call it
+        before they take samples, so a sample's time limit measures grading, not imports. Default: nothing."""
+
     def score(self, answer: str, row: dict[str, Any]) -> Verdict:
         """Grade ``answer`` (the final answer, reasoning stripped) against ``row``."""
         raise NotImplementedError
