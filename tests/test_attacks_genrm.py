@@ -112,6 +112,7 @@ def test_the_judge_sees_final_answers_only_and_unclosed_thinking_gets_the_minimu
     assert all("secret plan" not in p and "still thinking" not in p for p in judge.prompts)
 
 
+@pytest.mark.slow  # ~2 min (SmolLM2 judges every injection): bash scripts/test.sh -m slow tests/test_attacks_genrm.py
 def test_no_gain_with_the_default_judge(smollm2_dir):
     model, tok = load_checkpoint(smollm2_dir)
     env = GenRMEnvironment(HFRolloutEngine(model.eval(), tok, SamplingConfig()), tok, max_new_tokens=48)

@@ -219,8 +219,8 @@ def _rows(tmp_path, name):
 
 
 @needs_vllm
-@pytest.mark.parametrize("engine", [{}, pytest.param({"train_engine": "deepspeed", "zero_stage": 3},
-                                                     marks=pytest.mark.slow, id="zero3")])
+@pytest.mark.slow  # ~3 min: bash scripts/test.sh -m slow tests/test_rollout_engines.py
+@pytest.mark.parametrize("engine", [{}, pytest.param({"train_engine": "deepspeed", "zero_stage": 3}, id="zero3")])
 def test_grpo_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir, engine):
     """Two strict on-policy GRPO steps: step 2 samples from the weights step 1 wrote (the version check),
     the trainer and vLLM agree on every trained token, and the engine's processes are gone after. Under
@@ -237,8 +237,8 @@ def test_grpo_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir, engine)
 
 
 @needs_vllm
-@pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 1e-3),
-                                                  pytest.param("bfloat16", BF16_LOGPROB_DIFF, marks=pytest.mark.slow)])
+@pytest.mark.slow  # ~3 min: bash scripts/test.sh -m slow tests/test_rollout_engines.py
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 1e-3), ("bfloat16", BF16_LOGPROB_DIFF)])
 def test_mopd_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir, dtype, tolerance):
     """Two MOPD steps with the student's own weights as teacher: the reverse KL starts at the
     trainer/sampler disagreement (~0) and every step's logprob_diff is within tolerance; in bf16 the

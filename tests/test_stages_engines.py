@@ -31,6 +31,7 @@ def _two_steps(engine_name: str, zero_stage: int = 2, trainable_layers: int | No
         return losses, {k: v.detach().clone() for k, v in engine.module.named_parameters()}
 
 
+@pytest.mark.slow  # ~1.5 min: bash scripts/test.sh -m slow tests/test_stages_engines.py
 def test_torch_and_deepspeed_zero2_give_the_same_loss_for_two_steps():
     """DeepSpeed's first initialize compiles its shm op (~40 s on a fresh machine, cached after)."""
     pytest.importorskip("deepspeed", reason="install the `distributed` extra")
