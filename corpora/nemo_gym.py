@@ -220,12 +220,7 @@ def swe(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     fields = {**(inner if isinstance(inner, dict) else {}), **{k: v for k, v in raw.items() if v is not None}}
     if fields.get("golden_patch") and not fields.get("patch"):
         fields["patch"] = fields["golden_patch"]
-    try:
-        task = swe_task(fields)
-    except RecordError as exc:
-        if "FAIL_TO_PASS" in str(exc):
-            raise nothing_to_verify(str(exc)) from None
-        raise
+    task = swe_task(fields)
     return task, {"question": text(task.pop("problem_statement"), "problem_statement")}
 
 

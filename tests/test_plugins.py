@@ -29,6 +29,13 @@ def plugin_env(tmp_path_factory):
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
 
 
+def _last_json_line(code: str, env: dict) -> object:
+    """The JSON value ``python -c code`` prints last, run with ``env`` (the plugin installed)."""
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_a_plugin_verifier_grades_in_the_worker_processes(plugin_env):
     code = ("import json; from validators.verifiers import verify_batch\n"
             "from corpora.schema import rl_domains, validate_row\n"
@@ -40,9 +47,7 @@ def test_a_plugin_verifier_grades_in_the_worker_processes(plugin_env):
             "rows = [{'uuid': 'p', 'agent_ref': 'palindrome'}] * 3\n"
             "out = verify_batch(['<think>hmm</think>Never odd or even', 'not one', '<think>open'], rows, workers=2)\n"
             "print(json.dumps([[v.reward, v.reason, v.error] for v in out]))")
-    proc = subprocess.run([sys.executable, "-c", code], env=plugin_env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [
+    assert _last_json_line(code, plugin_env) == [
         [1.0, "palindrome", None], [0.0, "not a palindrome", None],
         [0.0, "unclosed <think> block: no final answer", None]]
 
@@ -57,9 +62,7 @@ def test_a_plugin_nemo_gym_agent_routes_upstream_rows_to_its_verifier(plugin_env
             "out = [verify({**row, 'response': {'output': [{'type': 'message', 'content': [\n"
             "    {'type': 'output_text', 'text': t}]}]}})['reward'] for t in ('Never odd or even', 'not one')]\n"
             "print(json.dumps([f['agent_ref'], f['domain'], f['ground_truth'], out]))")
-    proc = subprocess.run([sys.executable, "-c", code], env=plugin_env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["palindrome", "palindromes", {"min_letters": 5},
+    assert _last_json_line(code, plugin_env) == ["palindrome", "palindromes", {"min_letters": 5},
                                                                 [1.0, 0.0]]
 
 

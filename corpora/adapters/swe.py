@@ -45,7 +45,8 @@ def swe_task(raw: dict[str, Any]) -> dict[str, Any]:
 
     Raises:
         RecordError: a missing ``repo`` / ``base_commit`` / ``instance_id`` / ``problem_statement``,
-            test lists that are not lists of strings, or no FAIL_TO_PASS test (nothing to fix).
+            test lists that are not lists of strings, or no FAIL_TO_PASS test (category
+            ``no_ground_truth``: nothing to verify against).
     """
     if not isinstance(raw, dict):
         raise RecordError(f"<record>: expected an object, got {type(raw).__name__}")
@@ -53,7 +54,7 @@ def swe_task(raw: dict[str, Any]) -> dict[str, Any]:
     statement = text(_field(raw, "problem_statement"), "problem_statement")
     fail_to_pass, pass_to_pass = _tests(raw, "FAIL_TO_PASS"), _tests(raw, "PASS_TO_PASS")
     if not fail_to_pass:
-        raise RecordError("FAIL_TO_PASS: empty (no test checks the fix)")
+        raise RecordError("FAIL_TO_PASS: empty (no test checks the fix)", category="no_ground_truth")
     return {"instance_id": str(_field(raw, "instance_id")), "repo": repo, "base_commit": commit,
             "FAIL_TO_PASS": fail_to_pass, "PASS_TO_PASS": pass_to_pass,
             **{k: raw[k] for k in ("patch", "test_patch") if raw.get(k)}, "problem_statement": statement}
