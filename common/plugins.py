@@ -23,6 +23,8 @@ kind                     what the entry point names                           us
 ``adapters``             ``fn(raw, spec, root) -> row(s)`` (``adapter:``)     ``cascade ingest``
 ``domains``              the ``Verifier`` subclass grading an RL domain       schema, build, synthesis
 ``nemo_gym_agents``      a ``corpora.nemo_gym.NemoGymAgent`` (upstream name)   NeMo-Gym rows: ingest, verify
+``episode_environments`` ``factory(**kwargs)`` of a multi-turn environment    RL stages, validation (episode
+                         (``validators.episodes``; the row's ``agent_ref``)   rows: tools, SWE)
 =======================  ===================================================  =============================
 
 The RL domains are the names of the ``domains`` group: the schema accepts exactly those (read from
@@ -43,7 +45,8 @@ from typing import Any
 SINGULAR = {"verifiers": "verifier", "stages": "stage runner", "rollout_engines": "rollout engine",
             "train_engines": "train engine", "environments": "environment", "advantages": "advantage estimator",
             "policy_losses": "policy loss", "distillation_losses": "distillation loss",
-            "adapters": "adapter", "domains": "RL domain", "nemo_gym_agents": "NeMo-Gym agent"}
+            "adapters": "adapter", "domains": "RL domain", "nemo_gym_agents": "NeMo-Gym agent",
+            "episode_environments": "episode environment"}
 KINDS = tuple(SINGULAR)
 
 

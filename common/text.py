@@ -42,9 +42,19 @@ def row_text(kind: str) -> pl.Expr:
     """Text that identifies a row for exact dedup.
 
     SFT: every turn as ``role: content`` joined by newlines (the whole conversation).
-    RL: the prompt turns the same way (the policy sees only the prompt).
+    RL: the prompt turns the same way (the policy sees only the prompt); for a row played as a
+    multi-turn episode (its ``agent_ref`` names an episode environment: :func:`validators.episodes.is_episodic`)
+    the ``ground_truth`` follows, since its later user turns and initial state are part of the task
+    (BFCL's categories share first turns).
     """
-    return _messages_text(messages_column(kind), None)
+    prompt = _messages_text(messages_column(kind), None)
+    if kind == "sft":
+        return prompt
+    from common import plugins
+
+    episodic = plugins.names("episode_environments")
+    return pl.when(pl.col("agent_ref").is_in(episodic)).then(
+        pl.concat_str([prompt, pl.col("ground_truth")], separator="\n")).otherwise(prompt)
 
 
 def user_text(kind: str) -> pl.Expr:

@@ -56,6 +56,11 @@ class StageConfig(BaseModel):
     zero_stage: int = Field(2, ge=0, le=3)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    # multi-turn episode rows (validators.episodes; BFCL multi-turn, ToolTalk, SWE): {agent_ref: the episode
+    # environment's factory kwargs} (tools: {episodes: validators.tools.environment.ToolEnvConfig fields}),
+    # and the context an episode may fill (prompt, model turns, tool and user turns; past it: finish `context`)
+    episodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    max_context_tokens: int = Field(4096, ge=1)
     checkpoint_root: str = "data/checkpoints"
     metrics_dir: str = "metrics/train"
     plots_dir: str = "plots"

@@ -26,7 +26,10 @@ from typing import Any
 
 from stages.base import EvalConfig
 from stages.environment import Environment, PromptBuilder, PromptTooLong, load_rl_rows
+from stages.episodes import EpisodeRunner
+from stages.policy import ModelPolicy
 from stages.rollout import RolloutEngine
+from validators.episodes import is_episodic
 
 SCORES = "scores"
 
@@ -53,15 +56,42 @@ def _rewards(env: Environment, texts: list[str], rows: list[dict[str, Any]]) -> 
             sum(s[0] is None for s in scored))
 
 
-def evaluate(rollout: RolloutEngine, builder: PromptBuilder, env: Environment,
-             cfg: EvalConfig) -> dict[str, dict[str, Any]]:
+def _greedy(rollout: RolloutEngine, builder: PromptBuilder, env: Environment, rows: list[dict[str, Any]],
+            prompts: list[list[int]], episodic: list[bool], limit: int, episodes: dict[str, dict[str, Any]],
+            max_context_tokens: int) -> tuple[list[float], list[bool], list[int], list[bool], int]:
+    """Greedy rewards, passes, model tokens and truncation per row, and the number ungraded: single-turn
+    rows answered in one batched call, episode rows played (one greedy episode each)."""
+    reward, passed = [0.0] * len(rows), [False] * len(rows)
+    lengths, truncated = [0] * len(rows), [False] * len(rows)
+    single = [i for i, e in enumerate(episodic) if not e]
+    ungraded = 0
+    if single:
+        ro = rollout.generate([prompts[i] for i in single], n=1, greedy=True, max_new_tokens=limit)
+        r, p, ungraded = _rewards(env, ro.texts, [rows[i] for i in single])
+        for k, i in enumerate(single):
+            reward[i], passed[i], lengths[i], truncated[i] = r[k], p[k], len(ro.response_ids[k]), ro.truncated[k]
+    played = [i for i, e in enumerate(episodic) if e]
+    if played:
+        policy = ModelPolicy(rollout, builder.tokenizer, builder, limit, max_context_tokens, greedy=True)
+        for i, res in zip(played, EpisodeRunner(episodes).play(policy, [rows[i] for i in played]), strict=True):
+            reward[i], passed[i] = float(res.grade.reward), bool(res.grade.passed)
+            lengths[i] = sum(res.trajectory.loss_mask) if res.trajectory else 0
+            truncated[i] = res.finish == "context" or bool(res.trajectory and res.trajectory.truncated)
+    return reward, passed, lengths, truncated, ungraded
+
+
+def evaluate(rollout: RolloutEngine, builder: PromptBuilder, env: Environment, cfg: EvalConfig,
+             episodes: dict[str, dict[str, Any]] | None = None,
+             max_context_tokens: int = 4096) -> dict[str, dict[str, Any]]:
     """``{domain: metrics}`` for every dataset in ``cfg.datasets`` (domain = the set's directory name);
     each block also holds ``scores``: ``{"uuid": [str], "reward": [float], "passed": [bool],
     "sample_rewards": [[float] * k], "sample_passed": [[bool] * k]}`` over the scored rows in order.
 
     ``cfg.max_new_tokens`` is one budget or ``{domain: tokens}`` (ValueError for a domain it lacks).
     Rows whose prompt exceeds ``cfg.max_prompt_tokens`` (else the builder's budget) are counted in
-    ``prompt_too_long``, not scored.
+    ``prompt_too_long``, not scored. Episode rows (:func:`validators.episodes.is_episodic`) are played, one
+    greedy episode each (environments built with ``episodes``, context up to ``max_context_tokens``; their
+    ``response_tokens`` count the model's tokens; a set of them gets no sampled pass@k).
     Raises ValueError (from :func:`_temperature`) when ``cfg.samples`` is set and the engine has no
     ``sampling`` config.
     """
@@ -85,14 +115,14 @@ def evaluate(rollout: RolloutEngine, builder: PromptBuilder, env: Environment,
                                  f"(it lists {sorted(limit)})")
             limit = limit[Path(dataset).name]
         if kept:
-            ro = rollout.generate(prompts, n=1, greedy=True, max_new_tokens=limit)
-            reward, passed, ungraded = _rewards(env, ro.texts, kept)
+            episodic = [is_episodic(r.get("agent_ref")) for r in kept]
+            reward, passed, lengths, truncated, ungraded = _greedy(rollout, builder, env, kept, prompts, episodic,
+                                                                   limit, episodes, max_context_tokens)
             scores: dict[str, list[Any]] = {"uuid": [str(r.get("uuid")) for r in kept], "reward": reward,
                                             "passed": passed}
             metrics.update(reward=sum(reward) / len(kept), pass_rate=sum(passed) / len(kept), ungraded=ungraded,
-                           response_tokens=sum(map(len, ro.response_ids)) / len(ro),
-                           truncated=sum(ro.truncated) / len(ro))
-            if cfg.samples:
+                           response_tokens=sum(lengths) / len(kept), truncated=sum(truncated) / len(kept))
+            if cfg.samples and not any(episodic):
                 k = cfg.samples
                 with _temperature(rollout, cfg.temperature):
                     sampled = rollout.generate(prompts, n=k, max_new_tokens=limit, seed=cfg.seed)

@@ -4,7 +4,9 @@ RLHF, long-context RL and code RL are configs of this one runner, and SWE RL use
 Per optimizer step (the shared strict on-policy loop, :class:`stages.onpolicy.OnPolicyLoop`):
   1. take ``prompts_per_step`` rows (seeded shuffle of the stage's RL sets, cycled);
   2. sample ``group_size`` responses per prompt with the rollout engine (current weights);
-  3. score every response with the environment (verifier dispatched by ``agent_ref``);
+  3. score every response with the environment (verifier dispatched by ``agent_ref``); rows played as
+     multi-turn episodes (BFCL multi-turn, ToolTalk, SWE: :mod:`stages.episodes`) sample ``group_size``
+     episodes instead, rewarded by their environment, only the model's tokens trained;
   4. advantages per group (``advantage``: ``grpo`` | ``leave_one_out``);
   5. dynamic filtering: groups whose rewards are all equal are dropped (counted);
      truncated responses (no EOS within ``max_new_tokens``) are masked (counted);
@@ -27,6 +29,7 @@ from stages import distributed
 from stages.advantages import get_advantage, informative_groups
 from stages.base import StageConfig, StageResult
 from stages.environment import Environment, PromptBuilder
+from stages.episodes import collector
 from stages.logprobs import response_logprobs
 from stages.losses import get_policy_loss, kl_k3
 from stages.onpolicy import Experience, OnPolicyLoop, SingleTurn, accumulate, train_prompts
@@ -168,7 +171,8 @@ class GRPOStage:
             algorithm = PolicyGradient(cfg, run.reference_model() if cfg.kl_beta or cfg.track_kl else None)
             items, dropped = train_prompts(datasets, builder, cfg.name, cfg.seed, cfg.max_rows_per_dataset)
             run.counts.update(dropped, train_prompts=len(items))
-            collect = SingleTurn(rollout, env, cfg.group_size, cfg.seed, cfg.prompts_per_step, run.engine.gathered)
+            collect = collector(SingleTurn(rollout, env, cfg.group_size, cfg.seed, cfg.prompts_per_step,
+                                           run.engine.gathered), items, cfg, run.tokenizer, builder)
             OnPolicyLoop(run, rollout, collect, algorithm).train(items)
             validation = run.validate(rollout, builder, run.validation_environment(env))
             return run.finish(validation, curves=algorithm.curves)

@@ -2,8 +2,9 @@
 
 Per optimizer step:
   1. take ``prompts_per_step`` rows (seeded shuffle of the stage's RL sets, cycled);
-  2. the student samples ``rollouts_per_prompt`` responses per prompt with the rollout engine; the
-     engine's log-probs are pi^inf;
+  2. the student samples ``rollouts_per_prompt`` responses per prompt with the rollout engine (episodes
+     for multi-turn rows, :mod:`stages.episodes`: the teacher scores the whole trajectory, only the
+     student's own tokens are trained); the engine's log-probs are pi^inf;
   3. each row's ``domain`` picks its teacher (:func:`resolve_teachers`); the teachers score the
      sampled tokens with an HF forward (no grad), loaded one at a time or kept within
      ``teacher_memory_mb`` (:class:`TeacherPool`);
@@ -37,6 +38,7 @@ from stages import distributed
 from stages.base import StageConfig, StageResult
 from stages.checkpoints import RECORD, CheckpointRegistry, load_checkpoint, read_record
 from stages.environment import Environment, PromptBuilder
+from stages.episodes import collector
 from stages.logprobs import policy_batch, response_logprobs
 from stages.losses import aggregate, get_distillation_loss, kl_k3
 from stages.onpolicy import Experience, OnPolicyLoop, SingleTurn, train_prompts
@@ -275,10 +277,11 @@ class Distillation:
         self.teacher_lps = teacher_logprobs(self.pool, [self.teachers[r["domain"]] for r in rows], ro,
                                             self.cfg.micro_batch_size, self.pad_id, self.cfg.sampling.temperature)
         indices = [i for i in range(len(ro)) if not (self.cfg.mask_truncated and ro.truncated[i])]
-        # per sample: domain, response tokens, sum of sampler - teacher log-probs (k1)
-        samples = distributed.gather([(r["domain"], len(self.teacher_lps[i]),
-                                       float((torch.tensor(ro.logprobs[i]) - self.teacher_lps[i].cpu()).sum()))
-                                      for i, r in enumerate(rows)])
+        # per sample: domain, trained tokens, their sum of sampler - teacher log-probs (k1); an episode's
+        # tool and user turns are not the student's tokens (loss mask 0)
+        masks = [torch.tensor(m, dtype=torch.float32) for m in experience.masks()]
+        samples = distributed.gather([(r["domain"], float(masks[i].sum()), float(
+            ((torch.tensor(ro.logprobs[i]) - self.teacher_lps[i].cpu()) * masks[i]).sum())) for i, r in enumerate(rows)])
         stats: dict[str, float] = {}
         for domain in sorted({s[0] for s in samples}):
             mine = [s for s in samples if s[0] == domain]
@@ -336,8 +339,8 @@ class MOPDStage:
             rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
             pool = TeacherPool(cfg.teacher_memory_mb, cfg.dtype, run.device)
             algorithm = Distillation(cfg, teachers, pool, rollout.pad)
-            collect = SingleTurn(rollout, env, cfg.rollouts_per_prompt, cfg.seed, cfg.prompts_per_step,
-                                 engine.gathered)
+            collect = collector(SingleTurn(rollout, env, cfg.rollouts_per_prompt, cfg.seed, cfg.prompts_per_step,
+                                           engine.gathered), items, cfg, tok, builder)
             OnPolicyLoop(run, rollout, collect, algorithm).train(items)
             run.counts["teacher_loads"] = pool.loads
             validation = run.validate(rollout, builder, run.validation_environment(env))

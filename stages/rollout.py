@@ -67,6 +67,22 @@ class Rollouts:
         return len(self.response_ids)
 
 
+def prompt_seeds(seed: int | list[int] | None, prompts: int, n: int) -> list[int] | None:
+    """The seed of sample 0 of each prompt (sample ``j`` of prompt ``i`` draws with ``seeds[i] + j``):
+    ``seed + i * n`` for an int ``seed``, ``seed[i]`` for a list, None without.
+
+    Raises:
+        ValueError: a list whose length is not the number of prompts.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, list):
+        if len(seed) != prompts:
+            raise ValueError(f"{len(seed)} seeds for {prompts} prompts")
+        return list(seed)
+    return [seed + i * n for i in range(prompts)]
+
+
 class RolloutEngine(Protocol):
     """Sampling backend of an RL stage.
 
@@ -81,10 +97,11 @@ class RolloutEngine(Protocol):
     weights_version: int
 
     def generate(self, prompts: list[list[int]], n: int, greedy: bool = False,
-                 max_new_tokens: int | None = None, seed: int | None = None) -> Rollouts:
+                 max_new_tokens: int | None = None, seed: int | list[int] | None = None) -> Rollouts:
         """``n`` samples per prompt (token ids in, :class:`Rollouts` out); ``greedy`` = argmax decoding;
         ``max_new_tokens`` overrides the sampling config's; ``seed`` makes the call's samples a function
-        of the seed and the prompts (else they continue the engine's random stream)."""
+        of the seed and the prompts (else they continue the engine's random stream): an int is the seed of
+        sample 0 of prompt 0, a list one seed per prompt (multi-turn episodes: :func:`prompt_seeds`)."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample from ``model``'s current weights; increments ``weights_version``."""
@@ -254,9 +271,9 @@ class HFRolloutEngine:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], n: int, greedy: bool = False,
-                 max_new_tokens: int | None = None, seed: int | None = None) -> Rollouts:
+                 max_new_tokens: int | None = None, seed: int | list[int] | None = None) -> Rollouts:
         """See :class:`RolloutEngine`; with ``seed``, sample ``j`` of prompt ``i`` draws from its own generator
-        seeded ``seed + i * n + j`` (:class:`SeededSampler`, as the vllm engine seeds it), whatever the
+        seeded ``prompt_seeds(seed)[i] + j`` (:class:`SeededSampler`, as the vllm engine seeds it), whatever the
         batching; without, from torch's global RNG. Raises ValueError on an empty prompt."""
         s = self.sampling
         limit = max_new_tokens or s.max_new_tokens
@@ -272,7 +289,8 @@ class HFRolloutEngine:
                     self.model.device.type, torch.bfloat16, enabled=s.hf.dtype == "bfloat16"):
                 for start in range(0, len(order), per_call):
                     chunk = order[start:start + per_call]
-                    seeds = None if seed is None else [seed + i * n + j for i in chunk for j in range(n)]
+                    bases = prompt_seeds(seed, len(prompts), n)
+                    seeds = None if bases is None else [bases[i] + j for i in chunk for j in range(n)]
                     samples = self._generate_chunk([prompts[i] for i in chunk], n, greedy, limit, seeds)
                     for j, i in enumerate(chunk):
                         by_prompt[i] = samples[j * n:(j + 1) * n]

@@ -274,7 +274,8 @@ class StageRun:
         from stages.evaluate import evaluate
 
         with self.engine.gathered():
-            result = evaluate(rollout, builder, env, self.cfg.eval) if distributed.is_main() else None
+            result = evaluate(rollout, builder, env, self.cfg.eval, self.cfg.episodes,
+                              self.cfg.max_context_tokens) if distributed.is_main() else None
         return distributed.broadcast(result)
 
     def finish(self, validation: dict[str, dict[str, float]], curves: tuple[str, ...]) -> StageResult:

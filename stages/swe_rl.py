@@ -4,7 +4,7 @@ Per optimizer step (the shared strict on-policy loop, :class:`stages.onpolicy.On
 GRPO algorithm :class:`stages.grpo.PolicyGradient` and the :class:`AgentEpisodes` collector):
   1. take ``prompts_per_step`` SWE tasks (seeded shuffle of the stage's task sets, cycled);
   2. run ``group_size`` episodes per task with the current policy
-     (:class:`stages.swe_policy.ModelPolicy` over the rollout engine, tools in the sandbox);
+     (:class:`stages.policy.ModelPolicy` over the rollout engine, tools in the sandbox);
   3. reward 1 iff every FAIL_TO_PASS and PASS_TO_PASS test passes after the episode
      (:meth:`validators.swe.environment.SWEEnvironment.grade`);
   4. group advantages, dynamic filtering and context-truncation masking as in :mod:`stages.grpo`;
@@ -30,52 +30,20 @@ from pydantic import Field
 from stages import distributed
 from stages.base import StageResult
 from stages.environment import Environment, PromptBuilder, PromptTooLong, load_rl_rows
+from stages.episodes import episode_rollouts, episode_stats, summarize
 from stages.grpo import GRPOConfig, PolicyGradient
 from stages.onpolicy import Experience, OnPolicyLoop
-from stages.rollout import Rollouts
+from stages.policy import ModelPolicy
 from stages.runtime import StageRun
-from stages.swe_policy import ModelPolicy
-from validators.swe.environment import (
-    AgentConfig,
-    EpisodeResult,
-    SWEEnvironment,
-    run_episodes,
-)
+from validators.episodes import EpisodeResult, run_episodes
+from validators.swe.environment import AgentConfig, SWEEnvironment
 
 
 class SWERLConfig(GRPOConfig):
     """GRPO knobs plus the agent's limits (defaults: a CPU smoke run)."""
 
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    max_context_tokens: int = Field(4096, ge=1)  # an episode whose context would pass it ends (finish ``context``)
     validation_rows: int = Field(2, ge=0)  # greedy validation episodes per task set
-
-
-def episode_rollouts(results: list[EpisodeResult], group_size: int) -> tuple[Rollouts, list[list[int]]]:
-    """Episodes as :class:`Rollouts` (response = every token after the first prompt) and their
-    ``loss_mask`` lists (1: model token). ``truncated`` marks episodes that ran out of context.
-
-    Raises:
-        ValueError: an episode has no trajectory (not run by a ModelPolicy).
-    """
-    missing = [r.uuid for r in results if r.trajectory is None]
-    if missing:
-        raise ValueError(f"episodes {missing[:3]} have no token trajectory (run them with ModelPolicy)")
-    trajs = [r.trajectory for r in results]
-    ro = Rollouts([t.prompt_ids for t in trajs], [t.ids for t in trajs], [t.logprobs for t in trajs],
-                  [r.finish == "context" for r in results], [""] * len(trajs), group_size)
-    return ro, [t.loss_mask for t in trajs]
-
-
-def summarize(results: list[EpisodeResult]) -> dict[str, float]:
-    """Mean reward, pass rate, steps, episode seconds and the share of each finish reason."""
-    n = max(len(results), 1)
-    out = {"reward": sum(r.grade.reward for r in results) / n, "pass_rate": sum(r.grade.passed for r in results) / n,
-           "steps": sum(r.steps for r in results) / n, "episode_s": sum(r.wall_s for r in results) / n,
-           "rows": float(len(results))}
-    for reason in ("submitted", "max_steps", "timeout", "context"):
-        out[f"finish/{reason}"] = sum(r.finish == reason for r in results) / n
-    return out
 
 
 def run_batch(policy: ModelPolicy, batch: list[tuple[dict[str, Any], SWEEnvironment]]) -> list[EpisodeResult]:
@@ -91,9 +59,8 @@ def run_batch(policy: ModelPolicy, batch: list[tuple[dict[str, Any], SWEEnvironm
 class AgentEpisodes:
     """Collector of agent episodes (:class:`stages.onpolicy.Collector`): ``group_size`` episodes per task
     item ``(row, SWEEnvironment)`` with ``policy`` on gathered weights; reward and pass from the tests
-    after the episode, the model's own tokens trained (:func:`episode_rollouts`). Step metrics:
-    :func:`summarize` over the global batch, ``reward_mean``, ``model_tokens``, ``episode_tokens``
-    (means per episode) and ``episodes_s``."""
+    after the episode, the model's own tokens trained (:func:`stages.episodes.episode_rollouts`). Step
+    metrics: :func:`stages.episodes.episode_stats` over the global batch, ``reward_mean`` and ``episodes_s``."""
 
     def __init__(self, policy: ModelPolicy, group_size: int, gathered: Callable[[], AbstractContextManager[Any]]):
         self.policy, self.group_size, self.gathered = policy, group_size, gathered
@@ -104,12 +71,10 @@ class AgentEpisodes:
         with self.gathered():
             results = run_batch(self.policy, group)
         ro, masks = episode_rollouts(results, self.group_size)
-        every = distributed.gather([(r, sum(m), len(ids)) for r, m, ids in zip(results, masks, ro.response_ids,
-                                                                                strict=True)])
-        stats = {**{k: v for k, v in summarize([e[0] for e in every]).items() if k != "rows"},
-                 "reward_mean": sum(e[0].grade.reward for e in every) / len(every),
-                 "model_tokens": sum(e[1] for e in every) / len(every),
-                 "episode_tokens": sum(e[2] for e in every) / len(every), "episodes_s": time.perf_counter() - t0}
+        every = distributed.gather([(r.grade.reward, len(ids)) for r, ids in zip(results, ro.response_ids, strict=True)])
+        stats = {**{k.removeprefix("episode/"): v for k, v in episode_stats(results, masks).items()},
+                 "reward_mean": sum(e[0] for e in every) / len(every),
+                 "episode_tokens": sum(e[1] for e in every) / len(every), "episodes_s": time.perf_counter() - t0}
         return Experience(ro, [row for row, _ in group], [(r.grade.reward, r.grade.passed) for r in results],
                           loss_masks=masks, stats=stats)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from stages.rollout import Rollouts, SamplingConfig, stop_tokens, trim
+from stages.rollout import Rollouts, SamplingConfig, prompt_seeds, stop_tokens, trim
 
 
 def cpu_thread_binding() -> str:
@@ -174,9 +174,9 @@ class VLLMRolloutEngine:
                               stop_token_ids=sorted(self.eos), detokenize=False)
 
     def generate(self, prompts: list[list[int]], n: int, greedy: bool = False,
-                 max_new_tokens: int | None = None, seed: int | None = None) -> Rollouts:
+                 max_new_tokens: int | None = None, seed: int | list[int] | None = None) -> Rollouts:
         """See :class:`~stages.rollout.RolloutEngine`; with ``seed``, sample ``j`` of prompt ``i`` draws with
-        seed ``seed + i * n + j`` (vLLM gives child ``j`` of a request seeded ``s`` the seed ``s + j``).
+        seed ``prompt_seeds(seed)[i] + j`` (vLLM gives child ``j`` of a request seeded ``s`` the seed ``s + j``).
         Raises ValueError on an empty prompt, RuntimeError after :meth:`close`."""
         from vllm.inputs import TokensPrompt
 
@@ -185,7 +185,8 @@ class VLLMRolloutEngine:
         if any(not p for p in prompts):
             raise ValueError("empty prompt (no token ids)")
         limit = max_new_tokens or self.sampling.max_new_tokens
-        params = [self._params(n, greedy, limit, None if seed is None else seed + i * n) for i in range(len(prompts))]
+        bases = prompt_seeds(seed, len(prompts), n)
+        params = [self._params(n, greedy, limit, None if bases is None else bases[i]) for i in range(len(prompts))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         flat, ids, lps, trunc = [], [], [], []
         for prompt, out in zip(prompts, outs, strict=True):

@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from validators.swe.environment import Episode, SWEEnvironment
+from validators.episodes import Episode
+from validators.swe.environment import SWEEnvironment
 
 
 def tool_call(name: str, **arguments: Any) -> str:

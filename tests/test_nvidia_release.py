@@ -120,7 +120,8 @@ def test_correct_scores_1_and_wrong_0_through_nemo_gym_on_upstream_rows(rl):
 
 def test_swe_rows_scored_by_episodes(rl, tmp_path):
     from tests.swe_policies import ScriptedPolicy, tool_call
-    from validators.swe.environment import AgentConfig, SWEEnvironment, run_episodes
+    from validators.episodes import run_episodes
+    from validators.swe.environment import AgentConfig, SWEEnvironment
 
     rows = rl["cascade2_rl_swe"][0]
     assert {json.loads(r["ground_truth"])["base_commit"] for r in rows} == {"292e2d3b4e2de5834bd3661f369e02428cc53f90"}

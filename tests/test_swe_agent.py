@@ -8,16 +8,12 @@ import time
 
 import pytest
 
-from stages.swe_policy import ModelPolicy
+from stages.policy import ModelPolicy
 from tests.handed import handed_case
 from tests.swe_policies import ScriptedPolicy, oracle_edit, tool_call
 from tests.swe_rows import build_set
-from validators.swe.environment import (
-    AgentConfig,
-    SWEEnvironment,
-    Trajectory,
-    run_episodes,
-)
+from validators.episodes import Trajectory, run_episodes
+from validators.swe.environment import AgentConfig, SWEEnvironment
 from validators.swe.workspace import run_tests
 
 
@@ -44,7 +40,7 @@ def test_a_policy_that_edits_the_tests_is_caught(task_set):
     root, rows = task_set
     env = SWEEnvironment(root, AgentConfig(max_steps=4))
     cheat = ScriptedPolicy.test_editor()
-    ep = env.start(rows[0])
+    ep = env.reset(rows[0])
     try:
         while not ep.done:
             env.step(ep, cheat.act([ep])[0])
@@ -61,7 +57,7 @@ def test_a_policy_that_edits_the_tests_is_caught(task_set):
 def test_tools_stay_in_the_workspace_and_refuse_bad_edits(task_set):
     root, rows = task_set
     env = SWEEnvironment(root, AgentConfig(tool_timeout_s=3))
-    ep = env.start(rows[0])
+    ep = env.reset(rows[0])
     try:
         assert "outside the repository" in env.call(ep, "view_file", {"path": "../../../etc/passwd"})
         assert "occurs 0 times" in env.call(ep, "edit_file", {"path": "solution.py", "old_text": "nope", "new_text": "x"})
@@ -78,7 +74,7 @@ def test_commands_that_never_end_are_killed_at_the_tool_wall_clock(task_set):
     case = handed_case("CODE-01")
     root, rows = task_set
     env = SWEEnvironment(root, AgentConfig(tool_timeout_s=2))
-    ep = env.start(rows[0])
+    ep = env.reset(rows[0])
     try:
         for name, program in case["input"]["solutions"].items():
             if name == "correct":

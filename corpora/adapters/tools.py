@@ -258,3 +258,142 @@ def bfcl(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
     return {"responses_create_params": {"input": messages, "tools": openai_tools(tools)},
             "agent_ref": "tool_call", "ground_truth": {"calls": calls},
             "metadata": {"id": rid, "category": category}}
+
+
+# ------------------------------------------------------------------ multi-turn episodes
+#: BFCL's MULTI_TURN_FUNC_DOC_FILE_MAPPING for the multi-turn classes (bfcl_eval/constants/executable_backend_config.py)
+BFCL_FUNC_DOCS = {"GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json",
+                  "MessageAPI": "message_api.json", "TwitterAPI": "posting_api.json", "TicketAPI": "ticket_api.json",
+                  "TradingBot": "trading_bot.json", "TravelAPI": "travel_booking.json",
+                  "VehicleControlAPI": "vehicle_control.json"}
+#: BFCL's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC: the user turn where held-out functions arrive
+BFCL_MORE_FUNCTIONS = "I have updated some more functions you can choose from. What about now?"
+
+
+def bfcl_call(call: str, where: str) -> dict[str, Any]:
+    """A BFCL ground-truth call string (``mv(source='a', destination='b')``) as ``{name, args, kwargs}``
+    of literal values, parsed with :mod:`ast` (never evaluated).
+
+    Raises:
+        RecordError: not a call of a plain name with literal arguments.
+    """
+    try:
+        node = ast.parse(call, mode="eval").body
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            raise ValueError("not a function call")
+        return {"name": node.func.id, "args": [ast.literal_eval(a) for a in node.args],
+                "kwargs": {k.arg: ast.literal_eval(k.value) for k in node.keywords}}
+    except (SyntaxError, ValueError) as exc:
+        raise RecordError(f"{where}: ground-truth call {call[:80]!r} is not a literal call: {exc}") from None
+
+
+@lru_cache(maxsize=16)
+def _bfcl_func_docs(path: Path) -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def bfcl_multi_turn(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
+    """BFCL v4 multi-turn row ``{id, question: [[messages] per user turn], initial_config,
+    involved_classes, missed_function?}`` -> an episode RL row (``agent_ref`` ``bfcl_multi_turn``,
+    :mod:`validators.tools.bfcl`).
+
+    The tools are the function docs of the involved classes (``options.func_doc_dir``) minus the held-out
+    ones (miss_func: ``missed_function`` ``{turn: [names]}``, offered from that turn on, whose empty user
+    turn becomes BFCL's "I have updated some more functions..."). Ground-truth call strings are parsed into
+    literal ``{name, args, kwargs}`` (:func:`bfcl_call`). ``ground_truth.backend`` is the backends'
+    directory relative to the sources root (``<package dir>/<options.backend_dir>``).
+
+    Raises:
+        RecordError: no possible answer, a turn count that differs from the answer's, an unknown class,
+            a held-out function that is not documented or that the ground truth calls before it is offered
+            (BFCL's miss_func_49), a ground-truth call that is not literal.
+    """
+    rid, question, classes = require(raw, "id", "question", "involved_classes")
+    rid = text(rid, "id")
+    category = rid.rsplit("_", 1)[0]
+    answers = _bfcl_answers(root / spec.options["answers_dir"] / f"BFCL_v4_{category}.json")
+    if rid not in answers:
+        raise RecordError(f"id: {rid!r} has no possible answer")
+    truth = answers[rid]
+    if not isinstance(question, list) or len(question) != len(truth):
+        raise RecordError(f"question: {len(question) if isinstance(question, list) else '?'} turns, "
+                          f"ground truth {len(truth)}")
+    docs: list[dict[str, Any]] = []
+    for cls in classes:
+        if cls not in BFCL_FUNC_DOCS:
+            raise RecordError(f"involved_classes: unknown class {cls!r}")
+        docs += _bfcl_func_docs(root / spec.options["func_doc_dir"] / BFCL_FUNC_DOCS[cls])
+    missed = raw.get("missed_function") or {}
+    held = {name for names in missed.values() for name in names}
+    by_name = {d["name"]: {"type": "function", "function": {**d, "parameters": bfcl_schema(d.get("parameters", {}))}}
+               for d in docs}
+    unknown = sorted(held - set(by_name))
+    if unknown:
+        raise RecordError(f"missed_function: {unknown} not documented for {classes}")
+    offered_at = {name: int(t) for t, names in missed.items() for name in names}
+    for t, calls in enumerate(truth):
+        early = sorted({c.split("(")[0].strip() for c in calls} & {n for n, at in offered_at.items() if at > t})
+        if early:
+            raise RecordError(f"ground_truth[{t}]: calls {early}, held out until turn "
+                              f"{offered_at[early[0]]} (missed_function): no policy can match it")
+    turns = []
+    for t, msgs in enumerate(question):
+        msgs = [{"role": map_role(m.get("role"), f"question[{t}][{i}]"), "content": text(m.get("content"),
+                f"question[{t}][{i}].content")} for i, m in enumerate(objects(msgs, f"question[{t}]"))]
+        turns.append(msgs or [{"role": "user", "content": BFCL_MORE_FUNCTIONS}])
+    gt = {"turns": [[bfcl_call(c, f"ground_truth[{t}]") for c in calls] for t, calls in enumerate(truth)],
+          "user_turns": turns[1:], "initial_config": raw.get("initial_config") or {}, "involved_classes": classes,
+          "long_context": "long_context" in category,
+          "missed_function": {str(t): [by_name[n] for n in names] for t, names in missed.items()},
+          "backend": f"{root.name}/{spec.options['backend_dir']}"}
+    tools = [tool for name, tool in by_name.items() if name not in held]
+    return {"responses_create_params": {"input": turns[0], "tools": tools}, "agent_ref": "bfcl_multi_turn",
+            "ground_truth": gt, "metadata": {"id": rid, "category": category, "user_turns": len(question)}}
+
+
+def tooltalk_episode(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str, Any]:
+    """ToolTalk conversation -> an episode RL row (``agent_ref`` ``tooltalk``, :mod:`validators.tools.tooltalk`).
+
+    The prompt is ToolTalk's system prompt (location, timestamp, the logged-in username) and the first
+    user turn; the tools are those of ``apis_used`` and of every recorded call (without
+    ``session_token``: the executor supplies it). ``ground_truth``: the later user turns, the recorded
+    calls after each user turn (``calls``), ``timestamp``, ``user`` and ``backend``
+    (``<package dir>/<options.backend_dir>``).
+
+    Raises:
+        RecordError: no user turn, API calls on a user turn, an undocumented API.
+    """
+    conv, apis_used, meta = require(raw, "conversation", "apis_used", "metadata")
+    user = raw.get("user") or {}
+    system = TOOLTALK_SYSTEM.format(location=meta.get("location"), timestamp=meta.get("timestamp"),
+                                    username=user.get("username") if "session_token" in user else None)
+    user_turns: list[list[dict[str, str]]] = []
+    calls: list[list[dict[str, Any]]] = []
+    for t, turn in enumerate(objects(conv, "conversation")):
+        role = map_role(turn.get("role"), f"conversation[{t}]")
+        if role == "user":
+            user_turns.append([{"role": "user", "content": text(turn.get("text"), f"conversation[{t}].text")}])
+            calls.append([])
+            continue
+        for k, call in enumerate(objects(turn.get("apis") or [], f"conversation[{t}].apis")):
+            req = call.get("request") or {}
+            if not user_turns:
+                raise RecordError(f"conversation[{t}].apis[{k}]: an API call before any user turn")
+            calls[-1].append({"api_name": text(req.get("api_name"), f"conversation[{t}].apis[{k}].api_name"),
+                              "parameters": req.get("parameters") or {}})
+    if not user_turns:
+        raise RecordError("conversation: no user turn")
+    docs = tooltalk_api_docs(root / spec.options["apis_dir"])
+    names = list(dict.fromkeys([*apis_used, *(c["api_name"] for turn in calls for c in turn)]))
+    tools = []
+    for name in names:
+        if name not in docs:
+            raise RecordError(f"apis_used: no documentation for API {name!r}")
+        tools.append(tooltalk_tool(name, {**docs[name], "requires_auth": False}))
+    gt = {"user_turns": user_turns[1:], "calls": calls, "timestamp": meta.get("timestamp"), "user": user,
+          "backend": f"{root.name}/{spec.options['backend_dir']}"}
+    return {"responses_create_params": {"input": [{"role": "system", "content": system}, *user_turns[0]],
+                                        "tools": tools},
+            "agent_ref": "tooltalk", "ground_truth": gt,
+            "metadata": {"name": raw.get("name"), "conversation_id": raw.get("conversation_id"),
+                         "category": "tooltalk", "user_turns": len(user_turns)}}

@@ -26,10 +26,10 @@ criterion). An episode ends on ``submit``, after ``max_steps`` model turns, past
 ``episode_timeout_s``, or when the context is full. One response alone (``verify``, the trainer
 wrappers) is graded as a patch the same way (:class:`SWEVerifier`).
 
-A :class:`Policy` chooses each turn: the model through the rollout engine
-(:class:`stages.swe_policy.ModelPolicy`, which records the token-level :class:`Trajectory` that
-multi-turn GRPO trains on, :mod:`stages.swe_rl`), or a script (the tests' policies). The prompt and
-tool declarations rows carry are in :mod:`corpora.swe_tools`.
+:class:`SWEEnvironment` is an episode environment of :mod:`validators.episodes` (``reset``, ``step``,
+``grade``, ``close``; entry point ``swe``): episodes run with :func:`validators.episodes.run_episodes`
+and any :class:`~validators.episodes.Policy` (the model: :class:`stages.policy.ModelPolicy`; a
+script: the tests'). The prompt and tool declarations rows carry are in :mod:`corpora.swe_tools`.
 """
 
 from __future__ import annotations
@@ -44,13 +44,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from common.answers import row_json
 from corpora.chat import TOOL_CALL_FORMAT
 from corpora.swe_tools import TOOL_NAMES
+from validators.episodes import Episode
 from validators.swe.workspace import copy_repo, run_in_workspace, run_tests, tempdir
 from validators.verifiers.registry import Verdict, Verifier, fail
 from validators.verifiers.sandbox import Limits
@@ -74,54 +75,12 @@ class AgentConfig(BaseModel):
 
 
 @dataclass
-class Trajectory:
-    """Token-level record of one episode under :class:`ModelPolicy`.
+class SWEEpisode(Episode):
+    """An agent episode on one task row: its ground truth (``task``) and its repository copy (``workdir``).
+    End reasons: ``submitted``, ``max_steps``, ``timeout``, ``context``."""
 
-    Attributes:
-        prompt_ids: the first prompt (system + issue).
-        ids: every token after it: model turns and rendered tool turns, in order.
-        loss_mask: 1 on the model's sampled tokens, 0 on tool turns (same length as ``ids``).
-        logprobs: sampler log-probability (nats) of each model token, 0.0 on tool tokens.
-        truncated: some model turn hit ``max_new_tokens`` without EOS.
-        n_messages: messages of the episode already in ``ids``.
-    """
-
-    prompt_ids: list[int]
-    ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    truncated: bool = False
-    n_messages: int = 0
-    ended_with_eos: bool = True
-
-    def extend(self, ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
-        """Append ``ids`` with ``loss_mask`` 1 (``trained``) or 0, and their log-probabilities."""
-        self.ids += ids
-        self.loss_mask += [int(trained)] * len(ids)
-        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
-
-    @property
-    def full_ids(self) -> list[int]:
-        return self.prompt_ids + self.ids
-
-
-@dataclass
-class Episode:
-    """One agent episode on one task row; ``messages`` is the chat so far (system + issue first)."""
-
-    row: dict[str, Any]
-    task: dict[str, Any]
-    workdir: Path
-    messages: list[dict[str, Any]]
-    t0: float
-    steps: int = 0
-    done: bool = False
-    finish: str = ""
-    trajectory: Trajectory | None = None
-
-    def end(self, reason: str) -> None:
-        """Mark the episode finished with ``reason`` (``submitted``, ``max_steps``, ``timeout``, ``context``)."""
-        self.done, self.finish = True, self.finish or reason
+    task: dict[str, Any] = field(default_factory=dict)
+    workdir: Path = Path()
 
 
 @dataclass
@@ -136,18 +95,12 @@ class Grade:
     status: str
     wall_s: float
 
-
-@dataclass
-class EpisodeResult:
-    """What :func:`run_episodes` returns per episode."""
-
-    uuid: str
-    grade: Grade
-    steps: int
-    finish: str
-    wall_s: float
-    messages: list[dict[str, Any]]
-    trajectory: Trajectory | None
+    @property
+    def reason(self) -> str:
+        """The grade in words (:class:`validators.episodes.Grade`'s ``reason``)."""
+        if self.passed:
+            return "every FAIL_TO_PASS and PASS_TO_PASS test passes"
+        return f"{len(self.failing)} test(s) fail ({self.status}): {', '.join(self.failing)[:200]}"
 
 
 def _clip(text: str, limit: int) -> str:
@@ -224,7 +177,7 @@ def extract_patch(answer: str) -> str | None:
 
 class SWEVerifier(Verifier):
     """SWE rows (``agent_ref`` ``swe``), graded two ways. SWE RL runs whole agent episodes
-    (:func:`run_episodes`, :meth:`SWEEnvironment.grade`). One response, through :func:`verify`,
+    (:func:`validators.episodes.run_episodes`, :meth:`SWEEnvironment.grade`). One response, through :func:`verify`,
     ``verify_batch`` and the TRL / verl / NeMo-Gym wrappers, is graded the way SWE-bench grades a
     model patch (agentless): its final answer's unified diff (:func:`extract_patch`) is applied with
     ``git apply`` to a fresh copy of the repository (which refuses paths outside it), then graded like an
@@ -242,7 +195,7 @@ class SWEVerifier(Verifier):
             return fail("no unified diff in the final answer")
         env = SWEEnvironment(os.environ.get(ROOT_ENV, "."), AgentConfig(mirrors=os.environ.get(MIRRORS_ENV)))
         try:
-            ep = env.start(row)
+            ep = env.reset(row)
         except (FileNotFoundError, subprocess.CalledProcessError) as exc:
             return Verdict(0.0, False, f"no repository for the task: {exc}"[:300], error="no_environment")
         try:
@@ -300,7 +253,7 @@ class SWEEnvironment:
         subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, check=True)
         return dst
 
-    def start(self, row: dict[str, Any]) -> Episode:
+    def reset(self, row: dict[str, Any]) -> SWEEpisode:
         """A new episode: a fresh copy of the repository with the bug applied (nothing left behind when the
         repository cannot be found)."""
         task = self.task(row)
@@ -313,16 +266,16 @@ class SWEEnvironment:
             raise
         params = row["responses_create_params"]
         messages = [{"role": m["role"], "content": m["content"]} for m in params["input"]]
-        return Episode(row, task, workdir, messages, time.monotonic())
+        return SWEEpisode(row, messages, task=task, workdir=workdir)
 
-    def close(self, ep: Episode) -> None:
+    def close(self, ep: SWEEpisode) -> None:
         """Delete the episode's files."""
         shutil.rmtree(ep.workdir.parent, ignore_errors=True)
 
-    def _left(self, ep: Episode) -> float:
+    def _left(self, ep: SWEEpisode) -> float:
         return self.cfg.episode_timeout_s - (time.monotonic() - ep.t0)
 
-    def call(self, ep: Episode, name: str, args: dict[str, Any]) -> str:
+    def call(self, ep: SWEEpisode, name: str, args: dict[str, Any]) -> str:
         """Run tool ``name`` in the episode's workspace; returns the observation text."""
         timeout = max(1.0, min(self.cfg.tool_timeout_s, self._left(ep)))
         limits = Limits(timeout_s=timeout, output_bytes=256 << 10)
@@ -348,7 +301,7 @@ class SWEEnvironment:
         head = "" if res.status == "ok" else f"[{res.status}, exit {res.returncode}]\n"
         return head + (res.stdout + res.stderr).decode("utf-8", "replace")
 
-    def step(self, ep: Episode, response: str) -> list[dict[str, Any]]:
+    def step(self, ep: SWEEpisode, response: str) -> list[dict[str, Any]]:
         """Apply one model turn: record it, run its tool calls (at most ``max_calls_per_turn``),
         append their outputs as ``tool`` turns, and end the episode when due. Returns the new tool turns."""
         ep.messages.append({"role": "assistant", "content": response})
@@ -371,7 +324,7 @@ class SWEEnvironment:
                 ep.end("timeout")
         return turns if not ep.done else []
 
-    def grade(self, ep: Episode) -> Grade:
+    def grade(self, ep: SWEEpisode) -> Grade:
         """Restore the tests, run them, and score the episode (see the module doc)."""
         t0 = time.monotonic()
         task = ep.task
@@ -390,32 +343,9 @@ class SWEEnvironment:
         return Grade(float(ok), ok, failing, restored, run.status, time.monotonic() - t0)
 
 
-class Policy(Protocol):
-    """Chooses the next assistant turn of each active episode."""
-
-    def act(self, episodes: list[Episode]) -> list[str | None]:
-        """One response per episode (``None``: the policy cannot continue it, e.g. a full context)."""
-
-
-def run_episodes(env: SWEEnvironment, policy: Policy, rows: list[dict[str, Any]]) -> list[EpisodeResult]:
-    """Run one episode per row with ``policy`` until each ends, grade them, delete their files.
-
-    The episodes advance together (one batched policy call per turn).
-    """
-    episodes = [env.start(r) for r in rows]
-    try:
-        while active := [e for e in episodes if not e.done]:
-            for ep, text in zip(active, policy.act(active), strict=True):
-                if text is None:
-                    ep.end("context")
-                else:
-                    env.step(ep, text)
-        results = []
-        for ep in episodes:
-            grade = env.grade(ep)
-            results.append(EpisodeResult(ep.row["uuid"], grade, ep.steps, ep.finish, time.monotonic() - ep.t0,
-                                         ep.messages, ep.trajectory))
-        return results
-    finally:
-        for ep in episodes:
-            env.close(ep)
+def swe_episodes(root: str | Path | None = None, **agent: Any) -> SWEEnvironment:
+    """Episode environment ``swe`` (entry point ``cascade_rl.episode_environments``): an
+    :class:`SWEEnvironment` over the task set ``root`` (default ``$CASCADE_SWE_ROOT``, else the working
+    directory) with :class:`AgentConfig` fields ``agent`` (``mirrors`` default ``$CASCADE_SWE_MIRRORS``)."""
+    agent.setdefault("mirrors", os.environ.get(MIRRORS_ENV))
+    return SWEEnvironment(root or os.environ.get(ROOT_ENV, "."), AgentConfig(**agent))

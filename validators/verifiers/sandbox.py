@@ -327,15 +327,16 @@ class _Launched:
         return RunResult(status, rc, out, err, time.monotonic() - self.start, self.mode, peak)
 
 
-def _launch(program: Program, limits: Limits, mode: str) -> _Launched:
-    """Start ``program``: under bwrap its files are memfds bound read-only into a tmpfs, else they
-    are written to a host temporary directory owned by the run's uid."""
+def _launch(program: Program, limits: Limits, mode: str, ro_binds: tuple[str, ...] = ()) -> _Launched:
+    """Start ``program``: under bwrap its files are memfds bound read-only into a tmpfs (and the host
+    paths ``ro_binds`` read-only at the same paths), else they are written to a host temporary
+    directory owned by the run's uid."""
     own: list[int] = []  # descriptors made here, closed once the child has them
     data = {n: c.encode() if isinstance(c, str) else c for n, c in program.files.items()}
     workdir = None
     try:
         if mode == "bwrap":
-            binds = []
+            binds = [a for p in ro_binds for a in ("--ro-bind", p, p)]
             for name, content in data.items():
                 own.append(_memfd(name, content))
                 binds += ["--ro-bind-data", str(own[-1]), f"{INSIDE_DIR}/{name}"]
@@ -450,6 +451,22 @@ def run_group(programs: list[Program], limits: Limits, isolation_mode: str | Non
     if mode not in ISOLATIONS:
         raise ValueError(f"isolation_mode {mode!r}: expected one of {ISOLATIONS}")
     return _supervise([_launch(p, limits, mode) for p in programs], limits)
+
+
+def launch(program: Program, limits: Limits, isolation_mode: str | None = None,
+           ro_binds: tuple[str, ...] = ()) -> _Launched:
+    """Start ``program`` in its own sandbox and return at once: a long-lived process (a tool server,
+    :mod:`validators.tools.session`) that the caller talks to over the pipes of ``Program.fds``. The
+    caller owns it: ``kill()`` then ``finish(None, b"", b"")`` ends it, removes its files and its
+    memory cgroup. ``ro_binds``: host paths visible read-only under bwrap.
+
+    Raises:
+        ValueError: unknown ``isolation_mode``. SandboxUnavailable: see :func:`isolation`.
+    """
+    mode = isolation_mode or isolation()
+    if mode not in ISOLATIONS:
+        raise ValueError(f"isolation_mode {mode!r}: expected one of {ISOLATIONS}")
+    return _launch(program, limits, mode, ro_binds)
 
 
 def run_python(files: dict[str, str | bytes], script: str, *, args: list[str] = (), stdin: bytes = b"",

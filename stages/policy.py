@@ -1,11 +1,12 @@
-"""The SWE agent's model policy: a causal LM acting through the rollout engine, one turn per call, with
-the token-level trajectory multi-turn GRPO trains on (:mod:`stages.swe_rl`)."""
+"""The model policy of multi-turn episodes (:mod:`validators.episodes`): a causal LM acting through the rollout
+engine, one batched call per turn, recording the token-level trajectory multi-turn GRPO and MOPD train on
+(:mod:`stages.episodes`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from validators.swe.environment import Episode, Trajectory
+from validators.episodes import Episode, Trajectory
 
 
 class ModelPolicy:
@@ -17,12 +18,18 @@ class ModelPolicy:
         max_new_tokens: per model turn; max_context_tokens: an episode whose context would pass
             it ends (``finish`` ``context``).
         greedy: argmax decoding (evaluation) instead of sampling.
+
+    Attributes:
+        seeds: ``{id(episode): seed}``; an episode listed there samples turn ``t`` with seed
+            ``seed * 1000 + t`` (:func:`stages.rollout.prompt_seeds`), so its tokens depend on its seed and
+            history only, not on the batch (data-parallel ranks sample what one process would).
     """
 
     def __init__(self, engine: Any, tokenizer: Any, builder: Any, max_new_tokens: int = 128,
                  max_context_tokens: int = 4096, greedy: bool = False):
         self.engine, self.tok, self.builder = engine, tokenizer, builder
         self.max_new_tokens, self.max_context_tokens, self.greedy = max_new_tokens, max_context_tokens, greedy
+        self.seeds: dict[int, int] = {}
 
     def observation_ids(self, chat: list[dict[str, Any]], new: list[dict[str, Any]], tools: Any) -> list[int]:
         """Token ids of the turns ``new`` after ``chat`` (which ends with the assistant turn the model
@@ -60,8 +67,11 @@ class ModelPolicy:
             if len(ep.trajectory.full_ids) + self.max_new_tokens <= self.max_context_tokens:
                 todo.append(i)
         if todo:
+            seeds = [self.seeds.get(id(episodes[i])) for i in todo]
             ro = self.engine.generate([episodes[i].trajectory.full_ids for i in todo], n=1, greedy=self.greedy,
-                                      max_new_tokens=self.max_new_tokens)
+                                      max_new_tokens=self.max_new_tokens,
+                                      seed=None if None in seeds else [s * 1000 + episodes[i].steps
+                                                                       for s, i in zip(seeds, todo, strict=True)])
             for k, i in enumerate(todo):
                 traj = episodes[i].trajectory
                 traj.extend(ro.response_ids[k], trained=True, logprobs=ro.logprobs[k])
