@@ -18,7 +18,7 @@ def tool_call(name: str, arguments: dict[str, Any]) -> str:
 
 
 def _params(row: dict[str, Any], name: str, gt: dict[str, Any]) -> list[str]:
-    tools = list(row["responses_create_params"]["tools"])
+    tools = list(row_json(row["responses_create_params"], "tools"))
     tools += [t for docs in (gt.get("missed_function") or {}).values() for t in docs]
     for t in tools:
         fn = t.get("function") or t
