@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stages.episodes import EpisodeRunner, Episodes
 from stages.environment import PromptBuilder
+from stages.episodes import EpisodeRunner, Episodes
 from stages.grpo import GRPOConfig, accumulate_policy_gradient
 from stages.policy import ModelPolicy
 from stages.rollout import Rollouts
