@@ -7,8 +7,9 @@
 - :func:`episode_rollouts` turns finished episodes into :class:`~stages.rollout.Rollouts`: the response
   is every token after the first prompt, its ``loss_mask`` 1 exactly on the model's sampled tokens (tool
   outputs, user turns and chat markup the environment wrote are 0), so GRPO and MOPD train only the
-  model's tokens; ``truncated`` marks an episode whose last model turn hit ``max_new_tokens`` without EOS
-  or whose context filled (masked as in the single-turn case).
+  model's tokens; ``truncated`` marks an episode whose context filled before it ended (masked with
+  ``mask_truncated``, as a single-turn response without EOS is); a turn cut at ``max_new_tokens`` is
+  closed with an untrained EOS and the episode goes on.
 - :class:`Episodes` is the collector of the on-policy loop (:class:`stages.onpolicy.Collector`) for
   items ``(row, prompt_ids)``: ``n`` episodes per row, each seeded from its global sample index
   (:func:`stages.onpolicy.sample_seed`), so ranks sample what one process would. :class:`Mixed` sends a
@@ -44,7 +45,7 @@ def episode_rollouts(results: list[EpisodeResult], group_size: int) -> tuple[Rol
         raise ValueError(f"episodes {missing[:3]} have no token trajectory (play them with ModelPolicy)")
     trajs = [r.trajectory for r in results]
     ro = Rollouts([t.prompt_ids for t in trajs], [t.ids for t in trajs], [t.logprobs for t in trajs],
-                  [r.finish == "context" or t.truncated for r, t in zip(results, trajs, strict=True)],
+                  [r.finish == "context" for r in results],
                   [str(r.grade.reason) for r in results], group_size)
     return ro, [t.loss_mask for t in trajs]
 
