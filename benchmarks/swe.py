@@ -42,7 +42,8 @@ def main() -> None:
     from stages.rollout import HFRolloutEngine, SamplingConfig
     from stages.solve import SolveConfig, solve
     from tests.swe_policies import ScriptedPolicy
-    from validators.swe.environment import SWEEnvironment, run_episodes
+    from validators.episodes import run_episodes
+    from validators.swe.environment import SWEEnvironment
 
     params = check_params(yaml.safe_load(Path("params.yaml").read_text()))
     with tempfile.TemporaryDirectory() as tmp:

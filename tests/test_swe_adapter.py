@@ -13,7 +13,8 @@ from corpora.registry import SourceSpec
 from corpora.schema import RecordError
 from curation.ingest import finalize_row
 from tests.swe_policies import ScriptedPolicy, tool_call
-from validators.swe.environment import AgentConfig, SWEEnvironment, run_episodes
+from validators.episodes import run_episodes
+from validators.swe.environment import AgentConfig, SWEEnvironment
 
 SPEC = SourceSpec(name="swe_gym", kind="hf", path="SWE-Gym/SWE-Gym", format="hf", adapter="swe_gym", output="rl",
                   domain="swe", role="train", license="MIT")
