@@ -48,6 +48,8 @@ WHY = """\
 CODE = [
     ("stages", ""),
     ("validators/verifiers", "rewards (GRPO's verifier environment) and per-domain validation"),
+    ("validators/episodes.py", "multi-turn episode rows (tool_use, SWE): stages/episodes.py"),
+    ("validators/tools", "the sandboxed tool environments of tool_use rows"),
     ("corpora/chat.py", "chat rendering of the prompts (stages/environment.py)"),
     ("common/answers.py", ""),
     ("common/io.py", ""),
