@@ -41,6 +41,10 @@ def prepare(data: Path, family: str = "llama") -> None:
     table = rl_table(["Say yes.", "Say no.", "Name a colour.", "Count to three.", "Greet me."])
     for split in ("train", "validation"):
         write_parquet(table, data / "rl" / f"{split}.parquet")
+    mixed = rl_table(["Say yes.", "Tell me twice.", "Name a colour.", "Two words, twice."], prefix="m",
+                     agent_ref=["math", "parity_episode", "math", "parity_episode"])
+    for split in ("train", "validation"):  # single-turn and episode rows (tests/parity_episodes.py)
+        write_parquet(mixed, data / "mixed" / f"{split}.parquet")
     rng = np.random.default_rng(0)
     packs = []
     for _ in range(3):

@@ -51,14 +51,16 @@ def data(tmp_path_factory) -> Path:
     return path
 
 
-def run_job(runner: str, data: Path, out: Path, ranks: int, **over) -> None:
-    """``tests.dp_job`` on ``ranks`` processes (torchrun when 2+, one thread each) with :data:`STEPS` and ``over``."""
+def run_job(runner: str, data: Path, out: Path, ranks: int, env_extra: dict[str, str] | None = None, **over) -> None:
+    """``tests.dp_job`` on ``ranks`` processes (torchrun when 2+, one thread each) with :data:`STEPS` and ``over``
+    (and the environment variables ``env_extra``)."""
     pairs = [f"{k}={json.dumps(v)}" for k, v in {**STEPS, **over}.items()]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)] if ranks > 1 \
         else [sys.executable]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     proc = subprocess.run([*launcher, "-m", "tests.dp_job", runner, str(data), str(out), *pairs], cwd=REPO,
-                          capture_output=True, text=True, timeout=900, env={**env, "OMP_NUM_THREADS": "1"})
+                          capture_output=True, text=True, timeout=900,
+                          env={**env, "OMP_NUM_THREADS": "1", **(env_extra or {})})
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -89,7 +91,22 @@ def test_two_ranks_train_what_one_process_trains(runner, engine, data, one_proce
     assert_two_ranks_match(runner, data, one_process(runner), tmp_path, engine)
 
 
-def assert_two_ranks_match(runner: str, data: Path, one: Path, two: Path, label: str, moved: float = 1e-3) -> None:
+def test_two_ranks_train_what_one_process_trains_on_episode_rows(data, tmp_path_factory):
+    """GRPO on a mix of single-turn and two-turn episode rows (stages/episodes.py ``Mixed``; the episodes'
+    environment: tests/parity_episodes.py): each episode is seeded by its global sample index, so the ranks
+    play what one process plays and train the same weights."""
+    mixed = {**GRPO, "datasets": [str(data / "mixed")], "dynamic_filtering": False, "max_context_tokens": 512}
+    outs = {}
+    for ranks in (1, 2):
+        outs[ranks] = tmp_path_factory.mktemp(f"episodes{ranks}")
+        run_job("grpo", data, outs[ranks], ranks, env_extra={"CASCADE_TEST_EPISODES": "1"}, **mixed)
+    assert_two_ranks_match("grpo", data, outs[1], outs[2], "episodes", check_prompts=False)
+    final = json.loads((outs[2] / "metrics" / "resume_grpo.json").read_text())["final"]
+    assert final["episode/steps"] == 2.0 and 0 < final["model_tokens"]
+
+
+def assert_two_ranks_match(runner: str, data: Path, one: Path, two: Path, label: str, moved: float = 1e-3,
+                           check_prompts: bool = True) -> None:
     """The 2-rank run in ``two`` trained what the one-process run in ``one`` trained (module docstring): equal
     final weights (moved by more than ``moved`` from init), metrics and per-domain validation (timings
     apart); the ranks split the prompts; rank 0 alone published."""
@@ -103,7 +120,7 @@ def assert_two_ranks_match(runner: str, data: Path, one: Path, two: Path, label:
     print(f"{runner} {label}: max |2 ranks - 1 process| = {worst:.3g}")
     assert worst <= 1e-5, worst
     ranks = [_records(two, r) for r in (0, 1)]
-    if runner in ("grpo", "mopd"):  # each one-process prompt sampled once by one of the ranks, at the same step
+    if runner in ("grpo", "mopd") and check_prompts:  # each one-process prompt sampled once by a rank, at its step
         assert _prompts(ranks[0]) + _prompts(ranks[1]) == _prompts(_records(one, 0))
         assert _prompts(ranks[0]) and _prompts(ranks[1]) and not set(_prompts(ranks[0])) & set(_prompts(ranks[1]))
     assert not [r for r in ranks[1] if "replaced" in r]  # rank 1 published nothing

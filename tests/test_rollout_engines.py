@@ -123,6 +123,9 @@ def test_hf_engine_seeded_samples_do_not_depend_on_the_batch(tok):
                                torch.tensor([v for r in whole.logprobs[6:] for v in r]), rtol=0, atol=2e-4)
     assert HFRolloutEngine(model, tok, sampling).generate(prompts, n=3, seed=101).response_ids != whole.response_ids
     assert len({tuple(r) for r in whole.response_ids}) > 6  # samples, not one greedy answer
+    # one seed per prompt (multi-turn episodes): prompt i draws with seeds[i] + j, as an int seed would give it
+    listed = HFRolloutEngine(model, tok, sampling).generate(prompts[2:], n=3, seed=[106, 109])
+    assert listed.response_ids == whole.response_ids[6:]
 
 
 @needs_vllm
@@ -178,6 +181,8 @@ def test_vllm_interface_equals_the_hf_engines(vllm_setup, tok):
     assert ro.texts == tok.batch_decode(ro.response_ids, skip_special_tokens=True)
     assert [len(x) for x in ro.logprobs] == [len(r) for r in ro.response_ids]
     assert engine.generate(prompts, n=2, max_new_tokens=3, seed=7).response_ids == ro.response_ids
+    listed = engine.generate(prompts[1:], n=2, max_new_tokens=3, seed=[9, 11])  # one seed per prompt (episodes)
+    assert listed.response_ids == ro.response_ids[2:]
     ended = engine.generate([prompts[1]], n=4, max_new_tokens=64, seed=2)  # a short answer ends with EOS
     assert any(r[-1] in engine.eos and not t for r, t in zip(ended.response_ids, ended.truncated, strict=True))
     with pytest.raises(ValueError, match="empty prompt"):
