@@ -29,8 +29,11 @@ def _params(row: dict[str, Any], name: str, gt: dict[str, Any]) -> list[str]:
 
 def truth_turns(row: dict[str, Any]) -> list[list[Call]]:
     """The ground-truth calls of each user turn as ``(name, arguments)`` (BFCL positional arguments named
-    after the documented parameters, in order; ToolTalk's session token left to the executor)."""
+    after the documented parameters, in order; ToolTalk's session token left to the executor; a workplace
+    row's calls in its one turn)."""
     gt = row_json(row, "ground_truth")
+    if row["agent_ref"] == "workplace":  # one user turn
+        return [[(c["name"], dict(c.get("arguments") or {})) for c in gt["calls"]]]
     if row["agent_ref"] == "tooltalk":
         return [[(c["api_name"], {k: v for k, v in c["parameters"].items() if k != "session_token"}) for c in turn]
                 for turn in gt["calls"]]

@@ -158,7 +158,7 @@ def _run_wave(env: EpisodeEnvironment, policy: Policy, rows: list[dict[str, Any]
 
 def episode_environment(agent_ref: str, **kwargs: Any) -> EpisodeEnvironment:
     """The episode environment installed as ``agent_ref`` (entry-point group
-    ``cascade_rl.episode_environments``; built in: ``bfcl_multi_turn``, ``tooltalk``, ``swe``), built
+    ``cascade_rl.episode_environments``; built in: ``bfcl_multi_turn``, ``tooltalk``, ``swe``, ``workplace``), built
     from ``kwargs``.
 
     Raises:
@@ -168,6 +168,9 @@ def episode_environment(agent_ref: str, **kwargs: Any) -> EpisodeEnvironment:
 
 
 def is_episodic(agent_ref: str | None) -> bool:
-    """Whether rows with this ``agent_ref`` are played as episodes (an episode environment is installed
-    under that name)."""
-    return bool(agent_ref) and agent_ref in plugins.names("episode_environments")
+    """Whether rows with this ``agent_ref`` are played as episodes: an episode environment is installed under
+    that name and, if its factory has an ``active()`` (``workplace``: the workbench's tables are configured),
+    it says so."""
+    if not agent_ref or agent_ref not in plugins.names("episode_environments"):
+        return False
+    return bool(getattr(plugins.load("episode_environments", agent_ref), "active", lambda: True)())

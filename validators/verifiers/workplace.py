@@ -7,8 +7,9 @@ runs the model's calls and the ground-truth calls on two fresh copies of its wor
 calendar, analytics, project management, CRM) and pays 1 when the five tables end equal, strings
 compared case-insensitively except ``status``, ``list_name`` and ``board``.
 
-Here the tables are not executed (the stateful environment is issue #36's); the same outcome is
-decided from the calls (:func:`state_changes`): read calls (search, get, find, count...) change no
+Where the workbench's tables are available (``$CASCADE_WORKBENCH``), workplace rows are played as episodes
+on them instead (:mod:`validators.tools.workplace`: the tables compared, as NeMo-Gym does). Without them,
+the same outcome is decided from the calls (:func:`state_changes`): read calls (search, get, find, count...) change no
 table, so only the **writes** (a tool whose action starts with one of :data:`WRITE_VERBS`) count,
 and the model's writes must equal the ground truth's, in order, names exact and arguments equal
 after NeMo-Gym's case rule (:func:`normalized`). Reads are free, as in the workbench. Deviations,
