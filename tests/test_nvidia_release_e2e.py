@@ -33,7 +33,7 @@ SETS = ["stem_mcqa", "instruction_following", "tool_calling", "structured_output
 INGEST_REJECTED = {"0f6a4c1e-8b2d-5f3a-a7c9-1e2d3c4b5a65", "b7f2c9e4-1d3a-5e8b-9c6f-2a4d8e1f3b52",
                    "5a1e0b7c-2f43-5c1d-8e77-4d2b9c0a1f12"}  # nothing to verify against
 DUPLICATES = {"0f6a4c1e-8b2d-5f3a-a7c9-1e2d3c4b5a61": "8d0c63d2-6a0b-5d2e-9a51-0c3f1f7e2a03",  # MOPD's IF row = IF-RL's
-              "a9e3f1d2-5b6c-5d7e-8f90-1a2b3c4d5e02": "a9e3f1d2-5b6c-5d7e-8f90-1a2b3c4d5e01"}  # one SWE prompt twice
+              "a9e3f1d2-5b6c-5d7e-8f90-1a2b3c4d5e02": "a9e3f1d2-5b6c-5d7e-8f90-1a2b3c4d5e01"}  # one SWE task twice
 CONTAMINATED = "8d0c63d2-6a0b-5d2e-9a51-0c3f1f7e2a03"  # IFEval's "title wrapped in double angular brackets" prompt
 
 
@@ -107,10 +107,10 @@ def test_ingest_dedup_and_decontamination_on_the_release_rows(pipeline_dir):
     by_id = dict(zip(ingested["uuid"], (json.loads(x)["upstream_uuid"] for x in ingested["metadata"]), strict=True))
     assert set(_fixture_rows()) - set(by_id.values()) == INGEST_REJECTED
 
-    # the exact duplicates are the later copies (registry order), each naming the row it duplicates
-    dup = {by_id[rid]: by_id[reason.removeprefix("exact_duplicate: of ")]
-           for rid, reason in _rejects(work, "dedup").items()}
-    assert dup == DUPLICATES and m["dedup"]["rejected_by_reason"] == {"exact_duplicate": 2}
+    # the duplicates are the later copies (registry order), each naming the row it duplicates; the SWE task
+    # listed by two datasets is a near duplicate (an episode row's text holds its ground truth: instance ids differ)
+    dup = {by_id[rid]: by_id[reason.split(" of ", 1)[1].split()[0]] for rid, reason in _rejects(work, "dedup").items()}
+    assert dup == DUPLICATES and m["dedup"]["rejected_by_reason"] == {"exact_duplicate": 1, "near_duplicate": 1}
     (rid, reason), = _rejects(work, "decontaminate").items()
     assert by_id[rid] == CONTAMINATED and reason.startswith("contaminated: ifeval item ")
     assert m["decontaminate"]["contaminated_by_benchmark"] == {"ifeval": 1}

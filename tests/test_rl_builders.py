@@ -104,8 +104,9 @@ def test_draw_mix_proportions_shortfall_and_errors():
     assert again["train"]["uuid"].to_list() == mix["train"]["uuid"].to_list()
     with pytest.raises(ValueError, match="sum to"):
         draw_mix(sets, {"math": 0.7}, 10, seed=1)
-    with pytest.raises(ValueError, match="without an RL set"):
-        draw_mix(sets, {"math": 0.5, "swe": 0.5}, 10, seed=1)
+    half, stats = draw_mix(sets, {"math": 0.5, "swe": 0.5}, 10, seed=1)  # no swe row in this data: reported
+    assert len(half["train"]) == 5 and stats["swe"] == {"wanted": 5, "train": 0, "validation": 0, "shortfall": 5,
+                                                         "no_set": True}
 
 
 def _derived(adapter, seeds, **options):

@@ -82,4 +82,4 @@ def test_hub_row_runs_from_a_git_mirror_with_its_test_patch(tmp_path):
     assert fixed[0].grade.reward == 1.0 and noop[0].grade.reward == 0.0
     assert noop[0].grade.failing == ["tests/test_pkg.py::test_two"]
     with pytest.raises(FileNotFoundError, match="no git mirror of acme/pkg"):
-        SWEEnvironment(tmp_path, AgentConfig()).start(row)
+        SWEEnvironment(tmp_path, AgentConfig()).reset(row)

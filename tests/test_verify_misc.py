@@ -40,7 +40,7 @@ def test_filter_01_pass_at_k_is_unbiased_and_never_one_without_a_pass():
 
 
 def test_registry_errors_name_the_row_and_the_known_verifiers():
-    with pytest.raises(KeyError, match="installed: code, genrm, instruction_following"):
+    with pytest.raises(KeyError, match="installed: bfcl_multi_turn, code, genrm, instruction_following"):
         get_verifier("nope")
     with pytest.raises(ValueError, match="row 'r1': no verifier 'nope'"):
         check_row({"uuid": "r1", "agent_ref": "nope"})
