@@ -104,3 +104,38 @@ def test_multi_turn_grpo_step_trains_exactly_the_model_tokens(base0):
                                           rel=1e-5)
     for name, g in grads.items():
         torch.testing.assert_close(g, dict(model.named_parameters())[name].grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow  # ~2.5 min: `bash scripts/test.sh -m slow tests/test_episode_training.py`
+def test_grpo_steps_on_tooltalk_episodes_with_the_vllm_engine(sources_cache, smollm2_dir, tmp_path):
+    """The real path: SmolLM2 plays ToolTalk episodes through vLLM (one batched call per turn), the tools run
+    in the sandbox, and the trainer's log-probs of the model's tokens equal the sampler's (the on-policy
+    check holds across turns), two optimizer steps."""
+    import json
+
+    import pyarrow as pa
+
+    from common.io import write_parquet
+    from corpora.schema import RL_SCHEMA
+    from stages.grpo import GRPOStage
+
+    pytest.importorskip("vllm")
+    rows, _ = episode_rows(sources_cache, "tooltalk_episodes")
+    for r in rows:
+        r.update(metadata=json.dumps(r["metadata"]), source="tooltalk_episodes", source_version="26.3",
+                 license="MIT")
+    table = pa.Table.from_pylist(rows[:8], schema=RL_SCHEMA)
+    for split in ("train", "validation"):
+        write_parquet(table, tmp_path / "tool_use" / f"{split}.parquet")
+    cfg = GRPOConfig.model_validate({
+        "name": "tools", "runner": "grpo", "datasets": [str(tmp_path / "tool_use")], "steps": 2, "seed": 1,
+        "prompts_per_step": 2, "group_size": 2, "micro_batch_size": 4, "max_prompt_tokens": 1024,
+        "max_context_tokens": 3072, "rollout_engine": "vllm", "threads": 1, "dynamic_filtering": False,
+        "sampling": {"max_new_tokens": 48}, "episodes": {"tooltalk": {"episodes": {"max_steps": 4}}},
+        "eval": {"datasets": [str(tmp_path / "tool_use")], "rows": 2, "max_new_tokens": 48},
+        "checkpoint_root": str(tmp_path / "ckpt"), "metrics_dir": str(tmp_path / "metrics"),
+        "plots_dir": str(tmp_path / "plots")})
+    result = GRPOStage(cfg).run(cfg.datasets, smollm2_dir)
+    final = result.summary["final"]
+    assert final["trained_samples"] == 4 and final["trained_tokens"] > 0 and final["logprob_diff"] < 1e-3
+    assert final["episode/steps"] >= 1 and result.summary["validation"]["tool_use"]["rows"] == 2
