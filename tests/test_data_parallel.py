@@ -91,17 +91,20 @@ def test_two_ranks_train_what_one_process_trains(runner, engine, data, one_proce
     assert_two_ranks_match(runner, data, one_process(runner), tmp_path, engine)
 
 
-def test_two_ranks_train_what_one_process_trains_on_episode_rows(data, tmp_path_factory):
-    """GRPO on a mix of single-turn and two-turn episode rows (stages/episodes.py ``Mixed``; the episodes'
-    environment: tests/parity_episodes.py): each episode is seeded by its global sample index, so the ranks
-    play what one process plays and train the same weights."""
-    mixed = {**GRPO, "datasets": [str(data / "mixed")], "dynamic_filtering": False, "max_context_tokens": 512}
+@pytest.mark.parametrize("runner", ["grpo", pytest.param("mopd", marks=pytest.mark.slow)])
+def test_two_ranks_train_what_one_process_trains_on_episode_rows(runner, data, tmp_path_factory):
+    """GRPO and MOPD on a mix of single-turn and two-turn episode rows (stages/episodes.py ``Mixed``; the
+    episodes' environment: tests/parity_episodes.py): each episode is seeded by its global sample index, so
+    the ranks play what one process plays and train the same weights (MOPD: the teacher scores whole
+    episodes, the student's tokens alone are trained)."""
+    mixed = {**ONE_PROCESS[runner], "datasets": [str(data / "mixed")], "max_context_tokens": 512,
+             **({"dynamic_filtering": False} if runner == "grpo" else {})}
     outs = {}
     for ranks in (1, 2):
-        outs[ranks] = tmp_path_factory.mktemp(f"episodes{ranks}")
-        run_job("grpo", data, outs[ranks], ranks, env_extra={"CASCADE_TEST_EPISODES": "1"}, **mixed)
-    assert_two_ranks_match("grpo", data, outs[1], outs[2], "episodes", check_prompts=False)
-    final = json.loads((outs[2] / "metrics" / "resume_grpo.json").read_text())["final"]
+        outs[ranks] = tmp_path_factory.mktemp(f"episodes_{runner}{ranks}")
+        run_job(runner, data, outs[ranks], ranks, env_extra={"CASCADE_TEST_EPISODES": "1"}, **mixed)
+    assert_two_ranks_match(runner, data, outs[1], outs[2], "episodes", check_prompts=False)
+    final = json.loads((outs[2] / "metrics" / f"resume_{runner}.json").read_text())["final"]
     assert final["episode/steps"] == 2.0 and 0 < final["model_tokens"]
 
 
