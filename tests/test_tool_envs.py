@@ -113,3 +113,24 @@ def test_tooltalk_free_text_is_compared_lexically(tooltalk_rows):
     assert semantic_str_compare("see you at noon tomorrow", "tomorrow at noon see you") == pytest.approx(1.0)
     assert semantic_str_compare("meeting cancelled", "lunch is at noon") < 0.8
     assert semantic_str_compare(None, "x") == 0.0
+
+
+def test_tooltalk_databases_compare_free_text_fields_only_loosely(monkeypatch):
+    """The database check: a message body reworded within ToolTalk's threshold is the same record; a start
+    time one hour off, or a different receiver, is not (only free-text fields compare by similarity)."""
+    import sys
+
+    from validators.tools import tooltalk_utils, tooltalk_world
+
+    monkeypatch.setitem(sys.modules, "tooltalk.apis.utils", tooltalk_utils)  # as the sandbox registers it
+    base = {"Calendar": {"u": {"e1": {"name": "Client Meeting", "start_time": "2023-09-12 08:00:00"}}},
+            "Message": {"m1": {"receiver": "alice59", "message": "see you at the client meeting tomorrow"}}}
+    reworded = json.loads(json.dumps(base))
+    reworded["Message"]["m1"]["message"] = "see you tomorrow at the client meeting"
+    assert tooltalk_world.same_database(base, reworded) == []
+    late = json.loads(json.dumps(base))
+    late["Calendar"]["u"]["e1"]["start_time"] = "2023-09-12 09:00:00"
+    other = json.loads(json.dumps(base))
+    other["Message"]["m1"]["receiver"] = "bob"
+    assert tooltalk_world.same_database(base, late) == [["Calendar", "u"]]
+    assert tooltalk_world.same_database(base, other) == [["Message", "m1"]]

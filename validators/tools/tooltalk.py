@@ -11,7 +11,8 @@ As each user turn ends the reference world runs that turn's ground-truth calls. 
 the episode finished and, over the whole conversation, ToolTalk's ``success`` holds (every ground-truth
 call matched by a model call under the API's own correctness check, no action that succeeded without
 matching: ``evaluate_predictions`` of ``tooltalk/evaluation/tool_executor.py``) and the databases end
-equal (:func:`validators.tools.tooltalk_world.same_database`). Deviations: free text is compared
+equal (:func:`validators.tools.tooltalk_world.same_database`: only the free-text fields ToolTalk compares semantically
+are compared by similarity, every other value exactly). Deviations: free text is compared
 lexically, not with DistilBERT (:mod:`validators.tools.tooltalk_utils`); ToolTalk evaluates each turn
 with the ground-truth history (teacher forcing), here the model's own history carries on.
 """

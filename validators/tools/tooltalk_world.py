@@ -85,10 +85,20 @@ def matches(world, prediction, truth):
     return world.apis[name].check_api_call_correctness(prediction, truth)
 
 
-def same_value(a, b):
+#: the free-text fields ToolTalk's own checks compare semantically (calendar name/description/location,
+#: e-mail subject/body, message text, reminder task); every other value must be equal
+FREE_TEXT = frozenset({"name", "description", "location", "subject", "body", "message", "task"})
+
+
+def same_value(a, b, key=None):
+    """Equal, recursively; a string under a :data:`FREE_TEXT` key within ToolTalk's lowest threshold."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k], k) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y, key) for x, y in zip(a, b))
     if a == b:
         return True
-    if isinstance(a, str) and isinstance(b, str) and (" " in a or " " in b):
+    if key in FREE_TEXT and isinstance(a, str) and isinstance(b, str):
         from tooltalk.apis.utils import semantic_str_compare
 
         return semantic_str_compare(a, b) >= FREE_TEXT_THRESHOLD
@@ -96,17 +106,13 @@ def same_value(a, b):
 
 
 def same_database(a, b):
-    """The differing ``[table, key]`` pairs: every table has the same record keys, and every field is
-    equal, free text (a string with a space) within ToolTalk's lowest similarity threshold."""
+    """The differing ``[table, key]`` pairs: every table has the same record keys, and every value is equal,
+    free text (:data:`FREE_TEXT` fields) within ToolTalk's lowest similarity threshold."""
     diffs = []
     for table in sorted(set(a) | set(b)):
         ta, tb = a.get(table, {}), b.get(table, {})
         for key in sorted(set(ta) | set(tb), key=str):
-            ra, rb = ta.get(key), tb.get(key)
-            if isinstance(ra, dict) and isinstance(rb, dict):
-                if set(ra) != set(rb) or not all(same_value(ra[f], rb[f]) for f in ra):
-                    diffs.append([table, str(key)])
-            elif not same_value(ra, rb):
+            if not same_value(ta.get(key), tb.get(key)):
                 diffs.append([table, str(key)])
     return diffs
 
