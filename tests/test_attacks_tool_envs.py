@@ -12,6 +12,7 @@ from tests.tool_policies import TurnScript, edited, tool_call, truth_turns
 from tests.tool_rows import episode_rows
 from validators.episodes import run_episodes
 from validators.tools.bfcl import BFCLEnvironment
+from validators.tools.environment import MAX_ERRORS
 from validators.verifiers import sandbox
 
 
@@ -50,7 +51,7 @@ def test_calls_of_tools_that_do_not_exist_or_are_private_are_errors_to_the_model
     try:
         out = env.step(ep, "".join(tool_call(n, {"command": "id"}) for n in bad) + '<tool_call>{"name": 3}</tool_call>')
         assert out[0]["content"].startswith("error: ") and "Call a tool with <tool_call>" in out[0]["content"]
-        assert sum(m["content"].startswith("error: unknown tool") for m in out) == len(bad)
+        assert sum(m["content"].startswith("error: unknown tool") for m in out) == MAX_ERRORS  # the rest counted
         assert not ep.done and ep.session.request("compare")["equal"]  # nothing ran
     finally:
         env.close(ep)
@@ -136,3 +137,44 @@ def test_ground_truth_replay_is_deterministic(base0):
     """Two resets give the same state: the reward does not depend on which episode ran first."""
     a = run_episodes(BFCLEnvironment(), TurnScript(), [base0, base0])
     assert [r.grade.reward for r in a] == [1.0, 1.0] and truth_turns(base0)
+
+
+@pytest.fixture(scope="module")
+def tooltalk_rows(sources_cache):
+    rows, _ = episode_rows(sources_cache, "tooltalk_episodes")
+    return rows
+
+
+def _edit_writes(api, field, value):
+
+    return edited(lambda turns: [[(n, {**a, field: value(a[field])} if n == api else a) for n, a in t]
+                                 for t in turns])
+
+
+def test_tooltalk_messages_to_the_wrong_person_or_saying_the_opposite_score_zero(tooltalk_rows):
+    """Red-team findings: ToolTalk's own SendMessage check compares the prediction's receiver with itself,
+    and a bag-of-words similarity paid a negated e-mail body; both are refused here."""
+    from tests.tool_policies import truth_turns
+    from validators.tools.tooltalk import ToolTalkEnvironment
+
+    msg = next(r for r in tooltalk_rows if any(c[0] == "SendMessage" for t in truth_turns(r) for c in t))
+    mail = next(r for r in tooltalk_rows if any(c[0] == "SendEmail" for t in truth_turns(r) for c in t))
+    env = ToolTalkEnvironment()
+    assert [r.grade.reward for r in run_episodes(env, TurnScript(), [msg, mail])] == [1.0, 1.0]
+    wrong_person = _edit_writes("SendMessage", "receiver", lambda _: "attacker_account")
+    opposite = _edit_writes("SendEmail", "body", lambda body: "I do not mean it: " + body + " Never mind.")
+    res = run_episodes(env, wrong_person, [msg]) + run_episodes(env, opposite, [mail])
+    assert [r.grade.reward for r in res] == [0.0, 0.0]
+
+
+def test_a_turn_is_not_passed_by_a_call_of_an_absent_tool(base0, sources_cache):
+    """Red-team finding: base_55's turn 3 asks for a ticket whose text an earlier call already returned; a
+    call of a tool that does not exist no longer counts as the turn's call."""
+    from tests.tool_policies import truth_turns
+
+    rows, _ = episode_rows(sources_cache, "bfcl_multi_turn")
+    row = next(r for r in rows if r["uuid"] == "multi_turn_base_55")
+    bogus = [("fetch_it_please", {})]
+    (res,) = run_episodes(BFCLEnvironment(), edited(lambda turns: [*turns[:3], bogus, *turns[4:]]), [row])
+    assert res.grade.reward == 0.0 and "turn 3: no tool call" in res.grade.reason
+    assert truth_turns(row)[3] == [("get_ticket", {"ticket_id": 2})]

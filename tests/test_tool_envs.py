@@ -107,11 +107,15 @@ def test_tooltalk_edits_score_zero(tooltalk_rows):
 
 
 def test_tooltalk_free_text_is_compared_lexically(tooltalk_rows):
-    """A reworded message body at ToolTalk's 0.8 threshold: the same words in another order pass, other words fail."""
+    """Free text at ToolTalk's thresholds: contractions are the same words; reordered words, other words
+    or a negation fail (red-team finding: a bag of words paid "I have NOT changed ...")."""
     from validators.tools.tooltalk_utils import semantic_str_compare
 
-    assert semantic_str_compare("see you at noon tomorrow", "tomorrow at noon see you") == pytest.approx(1.0)
+    assert semantic_str_compare("I'll see you at noon tomorrow", "I will see you at noon tomorrow") == 1.0
     assert semantic_str_compare("meeting cancelled", "lunch is at noon") < 0.8
+    assert semantic_str_compare("tomorrow noon at you see", "see you at noon tomorrow") < 0.8  # order counts
+    assert semantic_str_compare("I have NOT changed my number. Please do not update your records.",
+                                "I've changed my number. Please update your records.") == 0.0  # negation
     assert semantic_str_compare(None, "x") == 0.0
 
 

@@ -58,7 +58,7 @@ class TurnScript:
         out = []
         for ep in episodes:
             turns, turn = self.script(ep.row), getattr(ep, "turn", 0)
-            left = (turns[turn] if turn < len(turns) else [])[getattr(ep, "turn_calls", 0):]
+            left = (turns[turn] if turn < len(turns) else [])[getattr(ep, "turn_attempts", 0):]
             out.append("".join(tool_call(n, a) for n, a in left[:self.per_response]) if left else "Done.")
         return out
 

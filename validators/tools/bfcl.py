@@ -11,9 +11,10 @@ The rule, checked as each user turn ends (:meth:`BFCLEnvironment.end_turn`), in 
 both worlds live (:mod:`validators.tools.bfcl_world`):
 
 1. the reference world runs the turn's ground-truth calls;
-2. a turn with ground-truth calls needs at least one well-formed model call in it
-   (``empty_turn_model_response``); a turn without any (miss_param, miss_func: the model should ask or
-   say it cannot) must have no model call (BFCL's irrelevance check);
+2. a turn with ground-truth calls needs at least one model call that ran in it (an offered tool:
+   ``empty_turn_model_response``); a turn without any (miss_param, miss_func: the model should ask or
+   say it cannot) must have no well-formed model call at all, not even of an absent tool (BFCL's
+   irrelevance check);
 3. after a turn with ground-truth calls, every backend instance's public attributes equal the
    reference's (``state_checker``), and every ground-truth call's result text is among the results of
    the model's calls so far, as a multiset (``response_checker``).
@@ -23,7 +24,9 @@ model's tool-call JSON, not Python call strings; a malformed call is an error me
 on (BFCL ends the turn); a tool is callable only once offered (BFCL would run a held-out function
 early); held-out functions arrive in the user turn's text (BFCL's prompting mode) rather than in
 re-rendered tool declarations, so earlier tokens never change; the episode stops at the first failed
-turn (the reward is 0 either way).
+turn (the reward is 0 either way); a call of an absent tool does not count as the turn's call (BFCL would
+decode it as one). As in BFCL, a turn whose required results the model's earlier calls already produced
+passes with any call that runs (BFCL accumulates results over turns on purpose).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ class BFCLEnvironment(ToolEnvironment):
         truth = gt["turns"][k] if k < len(gt["turns"]) else []
         expected = [ep.session.call("reference", c["name"], c.get("args", []), c.get("kwargs", {})) for c in truth]
         if not truth:
-            return f"turn {k}: {ep.turn_calls} tool call(s) where the ground truth makes none" if ep.turn_calls else ""
+            return (f"turn {k}: {ep.turn_attempts} tool call(s) where the ground truth makes none"
+                    if ep.turn_attempts else "")
         if not ep.turn_calls:
             return f"turn {k}: no tool call (the ground truth makes {len(truth)})"
         state = ep.session.request("compare")

@@ -36,6 +36,8 @@ from validators.episodes import Episode, Grade
 from validators.tools.session import SessionError, SessionLimits, ToolSession
 from validators.verifiers.tool_call import parse_calls, tool_names
 
+MAX_ERRORS = 3  # error messages per model turn for malformed calls, and for unknown tools (the rest counted)
+
 
 class ToolEnvConfig(BaseModel):
     """Episode limits of the tool environments (a stage's ``environment_kwargs.episodes``)."""
@@ -54,13 +56,15 @@ class ToolEnvConfig(BaseModel):
 
 @dataclass
 class ToolEpisode(Episode):
-    """A tool episode: its sandbox ``session``, the user turn in progress (``turn``), the model turns and
-    well-formed calls in it, the tools offered now, and the outputs of every model call so far."""
+    """A tool episode: its sandbox ``session``, the user turn in progress (``turn``), the model turns, the calls
+    that ran (offered tools, within the cap) and the well-formed calls attempted in it, the tools offered now,
+    and the outputs of every model call so far."""
 
     session: ToolSession | None = None
     turn: int = 0
     turn_steps: int = 0
     turn_calls: int = 0
+    turn_attempts: int = 0
     offered: set[str] = field(default_factory=set)
     outputs: list[str] = field(default_factory=list)
     failure: str = ""
@@ -152,8 +156,11 @@ class ToolEnvironment:
         ep.turn_steps += 1
         gt = self.task(ep.row)
         calls, malformed = parse_calls(response)
-        out: list[str] = [f"error: {m}. Call a tool with {TOOL_CALL_FORMAT}." for m in malformed]
-        ep.turn_calls += len(calls)
+        ep.turn_attempts += len(calls)
+        out: list[str] = [f"error: {m}. Call a tool with {TOOL_CALL_FORMAT}." for m in malformed[:MAX_ERRORS]]
+        if len(malformed) > MAX_ERRORS:
+            out.append(f"error: {len(malformed) - MAX_ERRORS} more malformed tool calls")
+        unknown = 0
         try:
             for k, (name, args) in enumerate(calls):
                 if k >= self.cfg.max_calls_per_turn:
@@ -161,11 +168,16 @@ class ToolEnvironment:
                                f"{len(calls) - k} not run")
                     break
                 if name not in ep.offered:
-                    out.append(f"error: unknown tool {name!r}; tools: {', '.join(sorted(ep.offered))}")
+                    unknown += 1
+                    if unknown <= MAX_ERRORS:
+                        out.append(f"error: unknown tool {name!r}; tools: {', '.join(sorted(ep.offered))}")
                     continue
+                ep.turn_calls += 1  # a call that ran (an offered tool, within the cap)
                 result = ep.session.call("model", name, kwargs=args)
                 ep.outputs.append(result)
                 out.append(result)
+            if unknown > MAX_ERRORS:
+                out.append(f"error: {unknown - MAX_ERRORS} more calls of unknown tools")
             if not calls and not malformed:  # an answer: the user turn ends
                 return self._next_turn(ep, gt)
         except SessionError as exc:
@@ -192,7 +204,7 @@ class ToolEnvironment:
             return []
         new = [dict(m) for m in turns[ep.turn]]
         ep.turn += 1
-        ep.turn_steps = ep.turn_calls = 0
+        ep.turn_steps = ep.turn_calls = ep.turn_attempts = 0
         added = (gt.get("missed_function") or {}).get(str(ep.turn)) or []
         if added:  # BFCL miss_func: the held-out functions are offered from this turn on
             ep.offered |= {(t.get("function") or t)["name"] for t in added}

@@ -11,7 +11,8 @@ token and ``LogoutUser``/``DeleteAccount`` clear it. The result text is the JSON
 
 :func:`compare` grades the model's log against the reference's (the ground-truth calls) with ToolTalk's
 ``evaluate_predictions`` rule (each ground-truth call matched at most once by
-``API.check_api_call_correctness``; an action that succeeded without matching is a bad action;
+``API.check_api_call_correctness``, an action's other arguments exact (:func:`matches`); an action that
+succeeded without matching is a bad action;
 ``success`` = recall 1 and no bad action), and compares the resulting databases (:func:`same_database`).
 """
 
@@ -78,11 +79,19 @@ class World:
 
 
 def matches(world, prediction, truth):
-    """ToolTalk's ``compare_api_calls``: same API, then the API's own correctness check."""
+    """ToolTalk's ``compare_api_calls`` (same API, then the API's own correctness check), and, for an action,
+    every ground-truth argument that is not free text equal: ToolTalk's ``SendMessage`` check compares the
+    prediction's receiver with itself, so a message to anyone would match."""
     name = prediction["request"]["api_name"]
     if name != truth["request"]["api_name"] or name not in world.apis:
         return False
-    return world.apis[name].check_api_call_correctness(prediction, truth)
+    api = world.apis[name]
+    if not api.check_api_call_correctness(prediction, truth):
+        return False
+    if not api.is_action:
+        return True
+    mine, theirs = prediction["request"]["parameters"], truth["request"]["parameters"]
+    return all(key in FREE_TEXT or mine.get(key) == value for key, value in theirs.items())
 
 
 #: the free-text fields ToolTalk's own checks compare semantically (calendar name/description/location,
