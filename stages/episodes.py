@@ -27,7 +27,7 @@ from stages import distributed
 from stages.onpolicy import Experience, SingleTurn, rollout_stats, sample_seed
 from stages.policy import ModelPolicy
 from stages.rollout import Rollouts
-from validators.episodes import EpisodeEnvironment, EpisodeResult, episode_environment, is_episodic
+from validators.episodes import EpisodeEnvironment, EpisodeResult, episode_environment, is_episodic, run_episodes
 
 FINISH_REASONS = ("finished", "submitted", "turn_failed", "max_steps", "timeout", "context", "tool_timeout",
                   "tool_output_limit", "tool_crashed")
@@ -79,43 +79,21 @@ class EpisodeRunner:
         return self.envs[agent_ref]
 
     def play(self, policy: ModelPolicy, rows: list[dict[str, Any]]) -> list[EpisodeResult]:
-        """One episode per row (results in row order); every environment's episodes advance together."""
-        from validators.episodes import run_episodes
-
-        by_env: dict[str, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_env.setdefault(row["agent_ref"], []).append(i)
-        if len(by_env) == 1:
-            ((ref, _),) = by_env.items()
-            return run_episodes(self.env(ref), policy, rows)
-        return _MultiEnv(self, by_env).run(policy, rows)
-
-
-class _MultiEnv:
-    """Episodes of several environments advancing together: one environment facade dispatching by row."""
-
-    def __init__(self, runner: EpisodeRunner, by_env: dict[str, list[int]]):
-        self.runner, self.by_env = runner, by_env
-
-    def run(self, policy: ModelPolicy, rows: list[dict[str, Any]]) -> list[EpisodeResult]:
-        from validators.episodes import run_episodes
-
+        """One episode per row (results in row order); every environment's episodes advance together (this
+        runner is their environment, dispatching by each row's ``agent_ref``)."""
         return run_episodes(self, policy, rows)
 
-    def _env(self, ep: Any) -> EpisodeEnvironment:
-        return self.runner.env(ep.row["agent_ref"])
-
     def reset(self, row: dict[str, Any]) -> Any:
-        return self.runner.env(row["agent_ref"]).reset(row)
+        return self.env(row["agent_ref"]).reset(row)
 
     def step(self, ep: Any, response: str) -> list[dict[str, Any]]:
-        return self._env(ep).step(ep, response)
+        return self.env(ep.row["agent_ref"]).step(ep, response)
 
     def grade(self, ep: Any) -> Any:
-        return self._env(ep).grade(ep)
+        return self.env(ep.row["agent_ref"]).grade(ep)
 
     def close(self, ep: Any) -> None:
-        self._env(ep).close(ep)
+        self.env(ep.row["agent_ref"]).close(ep)
 
 
 class Episodes:
@@ -136,22 +114,12 @@ class Episodes:
     def play(self, rows: list[dict[str, Any]], seeds: list[int]) -> tuple[list[EpisodeResult], Rollouts,
                                                                            list[list[int]]]:
         """Play ``rows`` (one episode each, episode ``k`` seeded ``seeds[k]``) on gathered weights."""
-        policy, act, given = self.policy, self.policy.act, iter(seeds)
-
-        def seeded_act(episodes: list[Any]) -> list[str | None]:
-            for ep in episodes:  # run_episodes resets in row order: the first call sees them in that order
-                if id(ep) not in policy.seeds:
-                    policy.seeds[id(ep)] = next(given)
-            return act(episodes)
-
-        policy.seeds.clear()
-        policy.act = seeded_act
+        self.policy.new_seeds = iter(seeds)  # run_episodes resets in row order: trajectories start in that order
         try:
             with self.gathered():
-                results = self.runner.play(policy, rows)
+                results = self.runner.play(self.policy, rows)
         finally:
-            policy.act = act
-            policy.seeds.clear()
+            self.policy.new_seeds = None
         ro, masks = episode_rollouts(results, self.n)
         return results, ro, masks
 

@@ -4,6 +4,7 @@ engine, one batched call per turn, recording the token-level trajectory multi-tu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from validators.episodes import Episode, Trajectory
@@ -20,16 +21,17 @@ class ModelPolicy:
         greedy: argmax decoding (evaluation) instead of sampling.
 
     Attributes:
-        seeds: ``{id(episode): seed}``; an episode listed there samples turn ``t`` with seed
-            ``seed * 1000 + t`` (:func:`stages.rollout.prompt_seeds`), so its tokens depend on its seed and
-            history only, not on the batch (data-parallel ranks sample what one process would).
+        new_seeds: while set, each episode whose trajectory starts takes the next seed (``Trajectory.seed``)
+            and samples turn ``t`` with ``seed * 1000 + t`` (:func:`stages.rollout.prompt_seeds`), so its
+            tokens depend on its seed and history only, not on the batch (data-parallel ranks sample what
+            one process would); unseeded episodes continue the engine's random stream.
     """
 
     def __init__(self, engine: Any, tokenizer: Any, builder: Any, max_new_tokens: int = 128,
                  max_context_tokens: int = 4096, greedy: bool = False):
         self.engine, self.tok, self.builder = engine, tokenizer, builder
         self.max_new_tokens, self.max_context_tokens, self.greedy = max_new_tokens, max_context_tokens, greedy
-        self.seeds: dict[int, int] = {}
+        self.new_seeds: Iterator[int] | None = None
 
     def observation_ids(self, chat: list[dict[str, Any]], new: list[dict[str, Any]], tools: Any) -> list[int]:
         """Token ids of the turns ``new`` after ``chat`` (which ends with the assistant turn the model
@@ -55,7 +57,8 @@ class ModelPolicy:
         for i, ep in enumerate(episodes):
             chat, tools = self.builder.messages(ep.row)
             if ep.trajectory is None:
-                ep.trajectory = Trajectory(self.builder(ep.row), n_messages=len(ep.messages))
+                ep.trajectory = Trajectory(self.builder(ep.row), n_messages=len(ep.messages),
+                                           seed=next(self.new_seeds) if self.new_seeds is not None else None)
             else:
                 traj = ep.trajectory
                 if not traj.ended_with_eos:  # close the cut-off turn (not trained)
@@ -67,7 +70,7 @@ class ModelPolicy:
             if len(ep.trajectory.full_ids) + self.max_new_tokens <= self.max_context_tokens:
                 todo.append(i)
         if todo:
-            seeds = [self.seeds.get(id(episodes[i])) for i in todo]
+            seeds = [episodes[i].trajectory.seed for i in todo]
             ro = self.engine.generate([episodes[i].trajectory.full_ids for i in todo], n=1, greedy=self.greedy,
                                       max_new_tokens=self.max_new_tokens,
                                       seed=None if None in seeds else [s * 1000 + episodes[i].steps

@@ -40,6 +40,7 @@ class Trajectory:
         truncated: some model turn hit ``max_new_tokens`` without EOS.
         n_messages: messages of the episode already in ``ids``.
         ended_with_eos: the last model turn ended with EOS.
+        seed: the episode's sampling seed (``None``: unseeded; :class:`stages.policy.ModelPolicy`).
     """
 
     prompt_ids: list[int]
@@ -49,6 +50,7 @@ class Trajectory:
     truncated: bool = False
     n_messages: int = 0
     ended_with_eos: bool = True
+    seed: int | None = None
 
     def extend(self, ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
         """Append ``ids`` with ``loss_mask`` 1 (``trained``) or 0, and their log-probabilities."""

@@ -35,7 +35,7 @@ from collections import Counter
 from typing import Any
 
 from validators.episodes import Grade
-from validators.tools.environment import ToolEnvironment, ToolEpisode, _sources
+from validators.tools.environment import ToolEnvironment, ToolEpisode, backend_sources
 
 PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 PACKAGES = ["bfcl_eval", "bfcl_eval.eval_checker", "bfcl_eval.eval_checker.multi_turn_eval", PACKAGE]
@@ -47,7 +47,7 @@ class BFCLEnvironment(ToolEnvironment):
     world = "bfcl_world"
 
     def load(self, gt: dict[str, Any]) -> dict[str, Any]:
-        files = _sources(self.backend_dir(gt))
+        files = backend_sources(self.backend_dir(gt))
         modules = {f"{PACKAGE}.{rel[:-3].replace('/', '.')}": text for rel, text in files.items()
                    if rel != "__init__.py"}
         return {"modules": modules, "packages": PACKAGES}

@@ -71,7 +71,7 @@ class ToolEpisode(Episode):
 
 
 @cache
-def _sources(root: str) -> dict[str, str]:
+def backend_sources(root: str) -> dict[str, str]:
     """``{relative path: text}`` of the ``.py`` files under ``root`` (read once per process)."""
     base = Path(root)
     if not base.is_dir():
@@ -128,11 +128,12 @@ class ToolEnvironment:
         ep = ToolEpisode(row, messages, offered=tool_names(row))
         ep.session = ToolSession(self.world, limits=self.limits, isolation_mode=self.cfg.isolation_mode)
         try:
-            reply = ep.session.request("load", **self.load(gt))
-            for world in ("model", "reference"):
-                reply = reply if "error" in reply else ep.session.request("reset", world=world, config=self.configs(gt))
-            if "error" in reply:
-                raise ValueError(f"row {row.get('uuid')!r}: the tool backend refused the row: {reply['error']}")
+            config = self.configs(gt)
+            for op, fields in (("load", self.load(gt)), ("reset", {"world": "model", "config": config}),
+                               ("reset", {"world": "reference", "config": config})):
+                reply = ep.session.request(op, **fields)
+                if "error" in reply:
+                    raise ValueError(f"row {row.get('uuid')!r}: the tool backend refused the row: {reply['error']}")
         except BaseException:
             ep.session.close()
             raise

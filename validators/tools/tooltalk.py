@@ -20,13 +20,21 @@ with the ground-truth history (teacher forcing), here the model's own history ca
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from validators.episodes import Grade
-from validators.tools.environment import ToolEnvironment, ToolEpisode, _sources
+from validators.tools.environment import ToolEnvironment, ToolEpisode, backend_sources
 
 UTILS = Path(__file__).with_name("tooltalk_utils.py")
+
+
+@cache
+def databases(backend: str) -> dict[str, Any]:
+    """ToolTalk's initial databases (``<backend>/data/databases/*.json``), read once per process."""
+    return {p.stem: json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted((Path(backend) / "data" / "databases").glob("*.json"))}
 
 
 class ToolTalkEnvironment(ToolEnvironment):
@@ -35,16 +43,15 @@ class ToolTalkEnvironment(ToolEnvironment):
     world = "tooltalk_world"
 
     def load(self, gt: dict[str, Any]) -> dict[str, Any]:
-        files = _sources(str(Path(self.backend_dir(gt)) / "apis"))
+        files = backend_sources(str(Path(self.backend_dir(gt)) / "apis"))
         modules = {f"tooltalk.apis.{rel[:-3]}": text for rel, text in files.items() if rel != "__init__.py"}
         modules["tooltalk.apis"] = files["__init__.py"]
         modules["tooltalk.apis.utils"] = UTILS.read_text(encoding="utf-8")
         return {"modules": modules, "packages": ["tooltalk", "tooltalk.apis"]}
 
     def configs(self, gt: dict[str, Any]) -> dict[str, Any]:
-        db_dir = Path(self.backend_dir(gt)) / "data" / "databases"
-        databases = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(db_dir.glob("*.json"))}
-        return {"databases": databases, "timestamp": gt["timestamp"], "user": gt.get("user") or {}}
+        return {"databases": databases(self.backend_dir(gt)), "timestamp": gt["timestamp"],
+                "user": gt.get("user") or {}}
 
     def end_turn(self, ep: ToolEpisode, gt: dict[str, Any]) -> str:
         calls = gt["calls"][ep.turn] if ep.turn < len(gt["calls"]) else []
