@@ -47,7 +47,7 @@ def test_one_grpo_step_on_the_mopd_release_with_the_packages_rewards(release, tm
     """Every verifier of the MOPD mix grades its rows inside TRL: each reward TRL received equals
     ``verify`` on that completion, the other functions gave None, and TRL's logged per-function
     means are those values'."""
-    ds = load_for_trl(release / "rl", "mopd", "validation")
+    ds = load_for_trl(release / "rl", "mopd", "train")  # the small release (CI) has tool_call rows only here
     # episode rows (tool_use: BFCL multi-turn, ToolTalk) are played, not graded one completion at a time: their
     # reward in TRL is None (no verdict, `episode_row`), so one row per single-response verifier
     refs = sorted(set(ds["agent_ref"]) - set(plugins.names("episode_environments")))
