@@ -96,6 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--docs", metavar="DIR", help="also write report.json (documented schema), report.md and "
                      "report.png into DIR (e.g. docs/learning)")
     rep.add_argument("--wall-s", type=float, help="the run's wall time in seconds, recorded in DIR/report.json")
+    ev = sub.add_parser("eval", help="score a checkpoint on benchmark sets with the package's verifiers "
+                        "(stages/benchmark_eval.py; presets: params benchmarks)")
+    ev.add_argument("checkpoint", help="an HF model directory (a stage checkpoint or data/assets/...)")
+    ev.add_argument("--label", help="result name: OUT/LABEL.json (default: the checkpoint directory's name)")
+    ev.add_argument("--preset", help="params benchmarks.presets entry (default: benchmarks.preset); full: every row")
+    ev.add_argument("--benchmarks", help="comma-separated subset (or benchmarks outside the preset, e.g. aime24)")
+    ev.add_argument("--hub", action="append", default=[], metavar="NAME=PATH",
+                    help="read a Hub benchmark (aime24, aime25, gpqa_diamond, livecodebench) from a local copy")
+    ev.add_argument("--out", help="results directory (default metrics/benchmarks)")
+    ev.add_argument("--against", metavar="LABEL", help="print paired deltas against another result (a label in "
+                    "--out or a .json file)")
     sub.add_parser("stages", help="list the stage runners, their config fields with defaults, and params' stages")
     pre = sub.add_parser("preset", help="print a params preset as dvc exp run -S overrides, one per line "
                          "(curation/presets.py)")
@@ -144,6 +155,21 @@ def main(argv: list[str] | None = None) -> int:
         from stages.cli import describe_stages
 
         print(describe_stages(load_params(args.params)))
+        return 0
+    if args.command == "eval":
+        from stages.benchmark_eval import run_eval
+
+        try:
+            hub = dict(item.split("=", 1) for item in args.hub)
+        except ValueError:
+            print(f"cascade eval: error: --hub takes NAME=PATH, got {args.hub}", file=sys.stderr)
+            return 1
+        try:
+            run_eval(load_params(args.params), args.checkpoint, args.label, args.preset,
+                     args.benchmarks.split(",") if args.benchmarks else None, hub, args.out, args.against)
+        except (FileNotFoundError, ValueError, RuntimeError) as exc:
+            print(f"cascade eval: error: {exc}", file=sys.stderr)
+            return 1
         return 0
     if args.command in ("train", "report"):  # the cascade block is checked by the runners' own configs
         from curation.pipeline import run_step

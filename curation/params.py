@@ -254,6 +254,7 @@ class PipelineParams(Block):
     tokenize: TokenizeParams
     pack: PackParams
     swe_tasks: SWETasksParams
+    benchmarks: dict[str, Any] = {}   # `cascade eval`: validated by stages.benchmark_eval.EvalSettings
     cascade: dict[str, Any] = {}
 
 

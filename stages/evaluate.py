@@ -99,41 +99,56 @@ def evaluate(rollout: RolloutEngine, builder: PromptBuilder, env: Environment, c
         builder = PromptBuilder(builder.tokenizer, cfg.max_prompt_tokens)
     out: dict[str, dict[str, Any]] = {}
     for dataset in cfg.datasets:
-        rows = load_rl_rows(dataset, "validation", limit=cfg.rows)
-        kept, prompts, too_long = [], [], 0
-        for row in rows:
-            try:
-                prompts.append(builder(row))
-                kept.append(row)
-            except PromptTooLong:
-                too_long += 1
-        metrics: dict[str, Any] = {"rows": len(kept), "prompt_too_long": too_long}
         limit = cfg.max_new_tokens
         if isinstance(limit, dict):
             if Path(dataset).name not in limit:
                 raise ValueError(f"eval.max_new_tokens has no entry for domain {Path(dataset).name!r} "
                                  f"(it lists {sorted(limit)})")
             limit = limit[Path(dataset).name]
-        if kept:
-            episodic = [is_episodic(r.get("agent_ref")) for r in kept]
-            reward, passed, lengths, truncated, ungraded = _greedy(rollout, builder, env, kept, prompts, episodic,
-                                                                   limit, episodes, max_context_tokens)
-            scores: dict[str, list[Any]] = {"uuid": [str(r.get("uuid")) for r in kept], "reward": reward,
-                                            "passed": passed}
-            metrics.update(reward=sum(reward) / len(kept), pass_rate=sum(passed) / len(kept), ungraded=ungraded,
-                           response_tokens=sum(lengths) / len(kept), truncated=sum(truncated) / len(kept))
-            if cfg.samples and not any(episodic):
-                k = cfg.samples
-                with _temperature(rollout, cfg.temperature):
-                    sampled = rollout.generate(prompts, n=k, max_new_tokens=limit, seed=cfg.seed)
-                s_reward, s_passed, _ = _rewards(env, sampled.texts, [r for r in kept for _ in range(k)])
-                scores["sample_rewards"] = [s_reward[i * k:(i + 1) * k] for i in range(len(kept))]
-                scores["sample_passed"] = [s_passed[i * k:(i + 1) * k] for i in range(len(kept))]
-                metrics[f"pass@{k}"] = sum(any(p) for p in scores["sample_passed"]) / len(kept)
-                metrics[f"reward@t{cfg.temperature:g}"] = sum(s_reward) / len(s_reward)
-            metrics[SCORES] = scores
-        out[Path(dataset).name] = metrics
+        out[Path(dataset).name] = score_rows(rollout, builder, env, load_rl_rows(dataset, "validation", limit=cfg.rows),
+                                             limit, cfg.samples, cfg.temperature, cfg.seed, episodes,
+                                             max_context_tokens)
     return out
+
+
+def score_rows(rollout: RolloutEngine, builder: PromptBuilder, env: Environment, rows: list[dict[str, Any]],
+               max_new_tokens: int, samples: int = 0, temperature: float = 1.0, seed: int = 0,
+               episodes: dict[str, dict[str, Any]] | None = None, max_context_tokens: int = 4096) -> dict[str, Any]:
+    """The metrics block of ``rows`` (see the module doc), with their per-prompt ``scores``: the greedy answers
+    of every single-turn prompt in one batched ``generate`` call, then ``samples`` answers per prompt at
+    ``temperature`` (seeded ``seed + i * samples + j``) in another; episode rows played, one greedy episode each.
+    A row whose prompt exceeds the builder's budget is counted in ``prompt_too_long``, not scored.
+
+    Raises:
+        ValueError: ``samples`` set and the engine has no ``sampling`` config (:func:`_temperature`).
+    """
+    kept, prompts, too_long = [], [], 0
+    for row in rows:
+        try:
+            prompts.append(builder(row))
+            kept.append(row)
+        except PromptTooLong:
+            too_long += 1
+    metrics: dict[str, Any] = {"rows": len(kept), "prompt_too_long": too_long}
+    if not kept:
+        return metrics
+    episodic = [is_episodic(r.get("agent_ref")) for r in kept]
+    reward, passed, lengths, truncated, ungraded = _greedy(rollout, builder, env, kept, prompts, episodic,
+                                                           max_new_tokens, episodes or {}, max_context_tokens)
+    scores: dict[str, list[Any]] = {"uuid": [str(r.get("uuid")) for r in kept], "reward": reward, "passed": passed}
+    metrics.update(reward=sum(reward) / len(kept), pass_rate=sum(passed) / len(kept), ungraded=ungraded,
+                   response_tokens=sum(lengths) / len(kept), truncated=sum(truncated) / len(kept))
+    if samples and not any(episodic):
+        k = samples
+        with _temperature(rollout, temperature):
+            sampled = rollout.generate(prompts, n=k, max_new_tokens=max_new_tokens, seed=seed)
+        s_reward, s_passed, _ = _rewards(env, sampled.texts, [r for r in kept for _ in range(k)])
+        scores["sample_rewards"] = [s_reward[i * k:(i + 1) * k] for i in range(len(kept))]
+        scores["sample_passed"] = [s_passed[i * k:(i + 1) * k] for i in range(len(kept))]
+        metrics[f"pass@{k}"] = sum(any(p) for p in scores["sample_passed"]) / len(kept)
+        metrics[f"reward@t{temperature:g}"] = sum(s_reward) / len(s_reward)
+    metrics[SCORES] = scores
+    return metrics
 
 
 def split_scores(validation: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:

@@ -74,7 +74,8 @@ def _delta(after: tuple[list[str], list[float]] | None, before: tuple[list[str],
 
 def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "reward",
                  tolerance: float = 0.0, confidence: float = 0.95,
-                 domain_groups: dict[str, list[str]] | None = None) -> dict[str, Any]:
+                 domain_groups: dict[str, list[str]] | None = None,
+                 recovery_stages: tuple[str, ...] = ()) -> dict[str, Any]:
     """The report of ``stages`` (in cascade order) from their checkpoint records and per-prompt scores.
 
     Returns ``{"metric", "tolerance", "confidence", "stages": [{"stage", "runner", "status"}], "domains",
@@ -95,7 +96,8 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
     ``regressed`` (whether that drop was flagged) and the paired interval of ``after - before``.
     ``domain_groups`` (``{stage: [domain, ...]}``, e.g. the three domains multi-domain RL trains) adds
     ``group_deltas``: the mean over those domains of the stage's paired deltas against its init, with a
-    stratified bootstrap interval (:func:`stages.bootstrap.domain_mean_delta_ci`).
+    stratified bootstrap interval (:func:`stages.bootstrap.domain_mean_delta_ci`). ``recovery_stages``: further
+    stages whose ``recovered`` entries are listed as a MOPD stage's are (the alternative MOPD is compared with).
 
     Raises:
         ValueError: no stage in ``stages`` has a record under ``checkpoint_root``.
@@ -145,7 +147,7 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
                     regressions.append({"stage": stage, "domain": d, "value": v, "best": best[d][0],
                                         "best_stage": best[d][1], **(against or {})})
             before = table.get(previous, {}).get(d) if previous else None
-            mopd = status == "trained" and rec["runner"] == "mopd"
+            mopd = status == "trained" and (rec["runner"] == "mopd" or stage in recovery_stages)
             if mopd and before is not None and d in best and before < best[d][0] - tolerance:
                 gap = best[d][0] - before
                 recovered.append({"stage": stage, "domain": d, "before": before, "after": v, "best": best[d][0],
@@ -292,6 +294,7 @@ def summary_json(report: dict[str, Any], wall_s: float | None = None) -> dict[st
             "deltas": [{k: d[k] for k in keep} for d in report["deltas"]],
             "group_deltas": report.get("group_deltas", []),
             "regressions": report["regressions"], "recovered": report["recovered"],
+            "branches": report.get("branches", {}), "benchmarks": report.get("benchmarks"),
             "curves": report.get("curves", {})}
 
 
@@ -371,14 +374,60 @@ def markdown_table(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def branches_markdown(report: dict[str, Any]) -> str:
+    """Each ``compare`` alternative: its validation row with deltas against its init, what it recovered, and
+    the stage it is compared with minus it (paired), as Markdown."""
+    lines: list[str] = []
+    for alt, b in report.get("branches", {}).items():
+        domains = report["domains"]
+        deltas = {d["domain"]: d for d in b["deltas"]}
+        lines += ["", f"Alternative `{alt}` (from `{b['init']}`, as `{b['replaces']}`):", "",
+                  f"| stage | {' | '.join(domains)} |", "|---|" + "---|" * len(domains)]
+        cells = []
+        for d in domains:
+            iv, x = b["interval"].get(d), deltas.get(d)
+            cell = "-" if not iv else f"{iv['mean']:.3f} [{iv['ci_low']:.3f}, {iv['ci_high']:.3f}]"
+            if x:
+                cell += f"<br>Δ {x['delta']:+.3f} [{x['ci_low']:+.3f}, {x['ci_high']:+.3f}]"
+            cells.append(cell)
+        lines.append(f"| {alt} | {' | '.join(cells)} |")
+        vs = b["versus"]
+        lines += ["", f"| {b['replaces']} − {alt} (paired) | {' | '.join(domains)} |", "|---|" + "---|" * len(domains),
+                  "| Δ | " + " | ".join(f"{vs[d]['delta']:+.3f} [{vs[d]['ci_low']:+.3f}, {vs[d]['ci_high']:+.3f}]"
+                                        if d in vs else "-" for d in domains) + " |"]
+        for r in b["recovered"]:
+            lines.append(f"\n{alt} {r['domain']}: {r['before']:.3f} -> {r['after']:.3f} (best earlier {r['best']:.3f} "
+                         f"at {r['best_stage']}; {r['fraction']:.0%} of the gap closed)")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def write_docs(report: dict[str, Any], out_dir: str | Path, wall_s: float | None = None) -> None:
     """``report.json`` (:func:`summary_json`), ``report.md`` (:func:`markdown_table`) and ``report.png``
     under ``out_dir``, each written to a temp file and renamed."""
     out = Path(out_dir)
     write_json(summary_json(report, wall_s), out / "report.json")
+    from stages.benchmark_report import markdown
+
+    text = markdown_table(report) + branches_markdown(report)
+    if report.get("benchmarks"):
+        text += "\n" + markdown(report["benchmarks"])
     with atomic_path(out / "report.md") as tmp:
-        tmp.write_text(markdown_table(report), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
     plot_report(report, out / "report.png")
+
+
+def versus(checkpoint_root: str | Path, stage: str, other: str, metric: str = "reward",
+           confidence: float = 0.95) -> dict[str, dict[str, float]]:
+    """``{domain: {delta, ci_low, ci_high, n}}``: ``stage`` minus ``other`` on the validation prompts both
+    answered, paired bootstrap (two branches from one init: MOPD and the GRPO it is compared with)."""
+    root = Path(checkpoint_root)
+    a, b = read_scores(root / stage), read_scores(root / other)
+    out = {}
+    for d in sorted(set(a) & set(b)):
+        delta = _delta(metric_values(a[d], metric), metric_values(b[d], metric), confidence)
+        if delta is not None:
+            out[d] = delta
+    return out
 
 
 def run_report(params: dict[str, Any], docs_dir: str | Path | None = None, wall_s: float | None = None
@@ -386,18 +435,45 @@ def run_report(params: dict[str, Any], docs_dir: str | Path | None = None, wall_
     """``cascade report`` body: build, write and print the report of ``params``' cascade, and with
     ``docs_dir`` its :func:`write_docs` files there (``wall_s``: the run's wall time); returns it.
 
+    ``cascade.report.compare`` (``{stage: alternative}``, e.g. ``{mopd: grpo_more}``): an alternative stage
+    from the same init (a stage outside ``order`` whose ``init`` is the stage's) is reported beside it:
+    ``branches[alternative]`` holds its deltas, its ``recovered`` entries and ``versus`` (stage minus
+    alternative, paired per domain). ``cascade.report.benchmarks_dir`` (default ``metrics/benchmarks``): where
+    ``cascade eval`` wrote ``<stage>.json``; the benchmark table (:mod:`stages.benchmark_report`) has a row for
+    every stage (and alternative) with a result.
+
     Raises:
-        ValueError: a stage of the order has no checkpoint record (names it).
+        ValueError: a stage of the order has no checkpoint record (names it); a ``compare`` key outside
+            ``order``.
     """
+    from stages.benchmark_report import benchmark_table, print_table
+
     cascade = params.get("cascade") or {}
     settings = cascade.get("report", {})
     defaults = cascade.get("defaults", {})
-    report = build_report(cascade.get("order", []), defaults.get("checkpoint_root", "data/checkpoints"),
-                          settings.get("metric", "reward"), settings.get("tolerance", 0.0),
-                          domain_groups=settings.get("domain_groups"))
-    report["curves"] = curve_summary(cascade.get("order", []), defaults.get("metrics_dir", "metrics/train"))
+    order = list(cascade.get("order", []))
+    root = defaults.get("checkpoint_root", "data/checkpoints")
+    metric, tolerance = settings.get("metric", "reward"), settings.get("tolerance", 0.0)
+    report = build_report(order, root, metric, tolerance, domain_groups=settings.get("domain_groups"))
+    inits: dict[str, str | None] = {s: order[i - 1] if i else None for i, s in enumerate(order)}
+    report["branches"] = {}
+    for stage, alt in (settings.get("compare") or {}).items():
+        if stage not in order:
+            raise ValueError(f"cascade.report.compare: {stage!r} is not in cascade.order {order}")
+        branch = build_report([alt if s == stage else s for s in order[:order.index(stage) + 1]], root, metric,
+                              tolerance, recovery_stages=(alt,))
+        inits[alt] = inits[stage]
+        report["branches"][alt] = {"replaces": stage, "init": inits[stage],
+                                   "interval": branch["intervals"].get(alt, {}),
+                                   "deltas": [d for d in branch["deltas"] if d["stage"] == alt],
+                                   "recovered": [r for r in branch["recovered"] if r["stage"] == alt],
+                                   "versus": versus(root, stage, alt, metric)}
+    report["curves"] = curve_summary([*order, *report["branches"]], defaults.get("metrics_dir", "metrics/train"))
+    report["benchmarks"] = benchmark_table([*order, *report["branches"]], inits,
+                                           settings.get("benchmarks_dir", "metrics/benchmarks"))
     write_report(report)
     print_report(report)
+    print_table(report["benchmarks"])
     print(f"wrote {REPORT_JSON}, {REPORT_CSV}, {REPORT_PNG}")
     if docs_dir is not None:
         write_docs(report, docs_dir, wall_s)

@@ -1,0 +1,237 @@
+"""``cascade eval CHECKPOINT``: score a checkpoint on benchmark sets with the code that grades training.
+
+Every benchmark of the chosen preset (params ``benchmarks``) is read as RL rows (:mod:`corpora.benchmarks`),
+its prompts rendered with the checkpoint's chat template (:class:`stages.environment.PromptBuilder`, the
+trainer's), answered by the rollout engine and scored by the row's verifier (:class:`VerifierEnvironment`),
+through :func:`stages.evaluate.score_rows`, the function that validates every stage:
+
+* greedy: every prompt of a benchmark in one batched ``generate`` call, ``max_new_tokens`` per benchmark;
+  the metric is the verifier's pass (IFEval / IFBench: prompt-level strict accuracy);
+* pass@k: ``samples`` answers per prompt at ``temperature`` (top-p 1) in a second call, sample ``j`` of row
+  ``i`` seeded ``seed + i * k + j`` on every checkpoint (common random numbers), so pass@k is the fraction
+  of prompts with a passing answer among the k (Chen et al. 2021 with n = k) and ``pass@1@t`` the mean pass
+  of the samples (the unbiased pass@1 at that temperature);
+* intervals: 95 % percentile bootstrap over prompts (:mod:`stages.bootstrap`, 10,000 resamples); a delta
+  between two checkpoints is paired on the prompts both answered (:func:`paired_deltas`).
+
+A preset caps each benchmark to its first ``rows`` rows (file order: the same rows every run) and sets its
+``max_new_tokens``. Rows a training split holds (ARC-Challenge's and MBPP's files also feed the RL sets) are
+left out and counted ``in_training``; prompts over ``max_prompt_tokens`` are counted ``prompt_too_long``.
+The result, per-prompt scores included, is written to ``<out>/<label>.json`` (temp file, then renamed), where
+``cascade report`` reads it for its benchmark table.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stages.bootstrap import mean_ci, paired_delta_ci
+
+OUT = Path("metrics/benchmarks")
+
+
+class BenchmarkCap(BaseModel):
+    """One benchmark of a preset: its first ``rows`` rows (None: all) and the answer budget."""
+
+    model_config = ConfigDict(extra="forbid")
+    rows: int | None = Field(None, ge=1)
+    max_new_tokens: int = Field(ge=1)
+
+
+class EvalSettings(BaseModel):
+    """params ``benchmarks``: the engine, the sampling of pass@k and the presets (``{name: {benchmark: cap}}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    preset: str = "laptop"
+    engine: str = "auto"            # auto | vllm | hf (stages.rollout.make_rollout_engine)
+    dtype: str = "bfloat16"         # the sampler's dtype
+    samples: int = Field(4, ge=0)   # k of pass@k (0: greedy only)
+    temperature: float = Field(0.6, gt=0.0)
+    seed: int = 0
+    max_prompt_tokens: int = Field(2048, ge=1)
+    timeout_s: float = Field(10.0, gt=0)   # per-answer verifier wall clock
+    presets: dict[str, dict[str, BenchmarkCap]]
+
+    def caps(self, preset: str | None = None) -> dict[str, BenchmarkCap]:
+        """The benchmarks of ``preset`` (default: :attr:`preset`).
+
+        Raises:
+            ValueError: an unknown preset or benchmark, naming the params key.
+        """
+        from corpora.benchmarks import BENCHMARKS
+
+        name = preset or self.preset
+        if name not in self.presets:
+            raise ValueError(f"params benchmarks.presets has no preset {name!r} (it has {sorted(self.presets)})")
+        unknown = sorted(set(self.presets[name]) - set(BENCHMARKS))
+        if unknown:
+            raise ValueError(f"params benchmarks.presets.{name}: unknown benchmarks {unknown} "
+                             f"(known: {sorted(BENCHMARKS)})")
+        return self.presets[name]
+
+
+def _interval(values: list[float]) -> dict[str, float]:
+    m, lo, hi = mean_ci(values)
+    return {"mean": m, "ci_low": lo, "ci_high": hi, "n": len(values)}
+
+
+def summarize(block: dict[str, Any]) -> dict[str, Any]:
+    """The intervals of one benchmark's :func:`~stages.evaluate.score_rows` block: ``accuracy`` (greedy pass),
+    ``pass@k`` and ``pass@1@t`` (samples), each ``{mean, ci_low, ci_high, n}``."""
+    scores = block.get("scores")
+    if not scores:
+        return {}
+    out = {"accuracy": _interval([float(p) for p in scores["passed"]])}
+    if "sample_passed" in scores:
+        k = len(scores["sample_passed"][0])
+        out[f"pass@{k}"] = _interval([float(any(p)) for p in scores["sample_passed"]])
+        out["pass@1@t"] = _interval([sum(p) / k for p in scores["sample_passed"]])
+    return out
+
+
+def evaluate_checkpoint(checkpoint: str | Path, settings: EvalSettings, preset: str | None = None,
+                        only: list[str] | None = None, hub_paths: dict[str, str] | None = None,
+                        rollout: Any = None, environment: Any = None) -> dict[str, Any]:
+    """Score ``checkpoint`` on the preset's benchmarks (``only``: a subset, or benchmarks outside the preset
+    at its ``full`` cap; ``hub_paths``: ``{benchmark: local file or dir}`` for a Hub benchmark).
+
+    ``rollout`` / ``environment`` replace the engine and the verifiers (tests); both are built from the
+    checkpoint and closed here otherwise.
+
+    Returns:
+        ``{"checkpoint", "preset", "settings", "wall_s", "benchmarks": {name: {"rows", "in_training",
+        "rejects", "prompt_too_long", "max_new_tokens", "response_tokens", "truncated", "ungraded",
+        "accuracy": {mean, ci_low, ci_high, n}, "pass@k", "pass@1@t", "scores": {...}, "wall_s"}}}``.
+
+    Raises:
+        ValueError: an unknown preset or benchmark; FileNotFoundError: no model at ``checkpoint``.
+    """
+    from corpora.benchmarks import held_out, load_benchmark, trained_uuids
+    from stages.environment import PromptBuilder, VerifierEnvironment
+    from stages.evaluate import score_rows
+
+    caps = dict(settings.caps(preset))
+    for name in only or []:
+        if name not in caps:
+            caps[name] = settings.caps("full").get(name) or BenchmarkCap(max_new_tokens=1024)
+    names = only or list(caps)
+    start = time.time()
+    own_engine, own_env = rollout is None, environment is None
+    if own_engine:
+        rollout = _engine(checkpoint, settings, max(caps[n].max_new_tokens for n in names))
+    environment = environment or VerifierEnvironment(timeout_s=settings.timeout_s)
+    trained = trained_uuids()
+    out: dict[str, Any] = {}
+    try:
+        builder = PromptBuilder(rollout.tokenizer, settings.max_prompt_tokens)
+        for name in names:
+            t0 = time.time()
+            loaded = load_benchmark(name, path=(hub_paths or {}).get(name))
+            rows, in_training = held_out(loaded.rows, trained)
+            rows = rows[:caps[name].rows] if caps[name].rows else rows
+            block = score_rows(rollout, builder, environment, rows, caps[name].max_new_tokens, settings.samples,
+                               settings.temperature, settings.seed)
+            out[name] = {**block, "in_training": in_training, "rejects": loaded.rejects,
+                         "max_new_tokens": caps[name].max_new_tokens, **summarize(block),
+                         "wall_s": round(time.time() - t0, 1)}
+            print(f"{name}: {_line(out[name])}", flush=True)
+    finally:
+        if own_engine:
+            rollout.close()
+        if own_env and hasattr(environment, "close"):
+            environment.close()
+    return {"checkpoint": str(checkpoint), "preset": preset or settings.preset,
+            "settings": settings.model_dump(exclude={"presets"}), "wall_s": round(time.time() - start, 1),
+            "benchmarks": out}
+
+
+def _engine(checkpoint: str | Path, settings: EvalSettings, max_new_tokens: int) -> Any:
+    """The rollout engine serving ``checkpoint`` (vLLM needs no trainer-side model; hf loads it)."""
+    from stages.checkpoints import load_checkpoint
+    from stages.rollout import SamplingConfig, make_rollout_engine, resolve_engine_name
+
+    name = resolve_engine_name(settings.engine)
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=settings.temperature,
+                              batch_size=64).for_dtype(settings.dtype)
+    if name == "vllm":
+        from transformers import AutoTokenizer
+
+        if not (Path(checkpoint) / "config.json").exists():
+            raise FileNotFoundError(f"no model at {checkpoint} (config.json missing)")
+        return make_rollout_engine(name, None, AutoTokenizer.from_pretrained(str(checkpoint)), sampling,
+                                   str(checkpoint))
+    model, tokenizer = load_checkpoint(checkpoint)
+    return make_rollout_engine(name, model.eval(), tokenizer, sampling, str(checkpoint))
+
+
+def _line(block: dict[str, Any]) -> str:
+    if "accuracy" not in block:
+        return f"no row scored ({block['rows']} rows, {block['prompt_too_long']} too long)"
+    a = block["accuracy"]
+    text = f"accuracy {a['mean']:.3f} [{a['ci_low']:.3f}, {a['ci_high']:.3f}] n={a['n']}"
+    for key in block:
+        if key.startswith("pass@") and isinstance(block[key], dict):
+            text += f", {key} {block[key]['mean']:.3f}"
+    return text + f" ({block['wall_s']} s)"
+
+
+def paired_deltas(after: dict[str, Any], before: dict[str, Any], metric: str = "accuracy") -> dict[str, Any]:
+    """``{benchmark: {delta, ci_low, ci_high, n}}``: ``after`` minus ``before`` (two :func:`evaluate_checkpoint`
+    results) on the prompts both answered, paired bootstrap (:func:`stages.bootstrap.paired_delta_ci`);
+    ``metric`` ``accuracy`` (greedy pass) or ``pass@k`` (a passing sample among k)."""
+    out = {}
+    for name, a in after["benchmarks"].items():
+        b = before["benchmarks"].get(name)
+        if not b or "scores" not in a or "scores" not in b:
+            continue
+        va, vb = _values(a["scores"], metric), _values(b["scores"], metric)
+        if va is None or vb is None:
+            continue
+        common = [u for u in va if u in vb]
+        if common:
+            d, lo, hi = paired_delta_ci([va[u] for u in common], [vb[u] for u in common])
+            out[name] = {"delta": d, "ci_low": lo, "ci_high": hi, "n": len(common)}
+    return out
+
+
+def _values(scores: dict[str, Any], metric: str) -> dict[str, float] | None:
+    if metric == "accuracy":
+        return dict(zip(scores["uuid"], (float(p) for p in scores["passed"]), strict=True))
+    if metric.startswith("pass@") and "sample_passed" in scores:
+        return dict(zip(scores["uuid"], (float(any(p)) for p in scores["sample_passed"]), strict=True))
+    return None
+
+
+def run_eval(params: dict[str, Any], checkpoint: str, label: str | None = None, preset: str | None = None,
+             only: list[str] | None = None, hub_paths: dict[str, str] | None = None, out_dir: str | None = None,
+             against: str | None = None) -> dict[str, Any]:
+    """``cascade eval`` body: evaluate, write ``<out_dir>/<label>.json`` (label: the checkpoint's directory
+    name), print the table and, with ``against`` (a label in ``out_dir`` or a result file), the paired deltas.
+
+    Raises:
+        ValueError: no ``benchmarks`` block in params, or a bad one (names the key); FileNotFoundError:
+            ``against`` names no result.
+    """
+    from common.io import write_json
+
+    if "benchmarks" not in params:
+        raise ValueError("params.yaml has no `benchmarks` block (the presets of `cascade eval`)")
+    settings = EvalSettings.model_validate(params["benchmarks"])
+    result = evaluate_checkpoint(checkpoint, settings, preset, only, hub_paths)
+    out = Path(out_dir) if out_dir else OUT
+    path = out / f"{label or Path(checkpoint).name}.json"
+    write_json(result, path)
+    print(f"wrote {path} ({result['wall_s']} s)")
+    if against:
+        import json
+
+        other = Path(against) if Path(against).suffix == ".json" else out / f"{against}.json"
+        if not other.exists():
+            raise FileNotFoundError(f"--against {against}: no result {other} (run `cascade eval` on it first)")
+        for name, d in paired_deltas(result, json.loads(other.read_text(encoding="utf-8"))).items():
+            print(f"{name}: Δ {d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (n={d['n']}, paired)")
+    return result
