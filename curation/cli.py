@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(describe_stages(load_params(args.params)))
         return 0
     if args.command == "eval":
-        from stages.benchmark_eval import run_eval
+        from curation.benchmarks import run_eval
 
         try:
             hub = dict(item.split("=", 1) for item in args.hub)

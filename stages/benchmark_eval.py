@@ -1,6 +1,6 @@
 """``cascade eval CHECKPOINT``: score a checkpoint on benchmark sets with the code that grades training.
 
-Every benchmark of the chosen preset (params ``benchmarks``) is read as RL rows (:mod:`corpora.benchmarks`),
+Every benchmark of the chosen preset (params ``benchmarks``) is read as RL rows (:mod:`curation.benchmarks`),
 its prompts rendered with the checkpoint's chat template (:class:`stages.environment.PromptBuilder`, the
 trainer's), answered by the rollout engine and scored by the row's verifier (:class:`VerifierEnvironment`),
 through :func:`stages.evaluate.score_rows`, the function that validates every stage:
@@ -15,10 +15,8 @@ through :func:`stages.evaluate.score_rows`, the function that validates every st
   between two checkpoints is paired on the prompts both answered (:func:`paired_deltas`).
 
 A preset caps each benchmark to its first ``rows`` rows (file order: the same rows every run) and sets its
-``max_new_tokens``. Rows a training split holds (ARC-Challenge's and MBPP's files also feed the RL sets) are
-left out and counted ``in_training``; prompts over ``max_prompt_tokens`` are counted ``prompt_too_long``.
-The result, per-prompt scores included, is written to ``<out>/<label>.json`` (temp file, then renamed), where
-``cascade report`` reads it for its benchmark table.
+``max_new_tokens``; prompts over ``max_prompt_tokens`` are counted ``prompt_too_long``. Loading the rows
+(and leaving out those a training split holds) and writing the result is :func:`curation.benchmarks.run_eval`.
 """
 
 from __future__ import annotations
@@ -30,8 +28,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stages.bootstrap import mean_ci, paired_delta_ci
-
-OUT = Path("metrics/benchmarks")
 
 
 class BenchmarkCap(BaseModel):
@@ -62,15 +58,9 @@ class EvalSettings(BaseModel):
         Raises:
             ValueError: an unknown preset or benchmark, naming the params key.
         """
-        from corpora.benchmarks import BENCHMARKS
-
         name = preset or self.preset
         if name not in self.presets:
             raise ValueError(f"params benchmarks.presets has no preset {name!r} (it has {sorted(self.presets)})")
-        unknown = sorted(set(self.presets[name]) - set(BENCHMARKS))
-        if unknown:
-            raise ValueError(f"params benchmarks.presets.{name}: unknown benchmarks {unknown} "
-                             f"(known: {sorted(BENCHMARKS)})")
         return self.presets[name]
 
 
@@ -93,50 +83,40 @@ def summarize(block: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def evaluate_checkpoint(checkpoint: str | Path, settings: EvalSettings, preset: str | None = None,
-                        only: list[str] | None = None, hub_paths: dict[str, str] | None = None,
+def evaluate_checkpoint(checkpoint: str | Path, settings: EvalSettings, benchmarks: dict[str, dict[str, Any]],
                         rollout: Any = None, environment: Any = None) -> dict[str, Any]:
-    """Score ``checkpoint`` on the preset's benchmarks (``only``: a subset, or benchmarks outside the preset
-    at its ``full`` cap; ``hub_paths``: ``{benchmark: local file or dir}`` for a Hub benchmark).
+    """Score ``checkpoint`` on ``benchmarks`` (``{name: {"rows": [RL rows], "cap": BenchmarkCap, **counts}}``:
+    the rows already held out and capped, ``counts`` such as ``in_training`` / ``rejects`` copied into the
+    result; :func:`curation.benchmarks.run_eval` builds it).
 
-    ``rollout`` / ``environment`` replace the engine and the verifiers (tests); both are built from the
-    checkpoint and closed here otherwise.
+    ``rollout`` (an engine with a ``tokenizer``) / ``environment`` replace the engine and the verifiers (tests);
+    both are built from the checkpoint and closed here otherwise.
 
     Returns:
-        ``{"checkpoint", "preset", "settings", "wall_s", "benchmarks": {name: {"rows", "in_training",
-        "rejects", "prompt_too_long", "max_new_tokens", "response_tokens", "truncated", "ungraded",
-        "accuracy": {mean, ci_low, ci_high, n}, "pass@k", "pass@1@t", "scores": {...}, "wall_s"}}}``.
+        ``{"checkpoint", "settings", "wall_s", "benchmarks": {name: {"rows", "prompt_too_long",
+        "max_new_tokens", "response_tokens", "truncated", "ungraded", "accuracy": {mean, ci_low, ci_high, n},
+        "pass@k", "pass@1@t", "scores": {...}, "wall_s", **counts}}}``.
 
     Raises:
-        ValueError: an unknown preset or benchmark; FileNotFoundError: no model at ``checkpoint``.
+        FileNotFoundError: no model at ``checkpoint``.
     """
-    from corpora.benchmarks import held_out, load_benchmark, trained_uuids
     from stages.environment import PromptBuilder, VerifierEnvironment
     from stages.evaluate import score_rows
 
-    caps = dict(settings.caps(preset))
-    for name in only or []:
-        if name not in caps:
-            caps[name] = settings.caps("full").get(name) or BenchmarkCap(max_new_tokens=1024)
-    names = only or list(caps)
     start = time.time()
     own_engine, own_env = rollout is None, environment is None
     if own_engine:
-        rollout = _engine(checkpoint, settings, max(caps[n].max_new_tokens for n in names))
+        rollout = _engine(checkpoint, settings, max(b["cap"].max_new_tokens for b in benchmarks.values()))
     environment = environment or VerifierEnvironment(timeout_s=settings.timeout_s)
-    trained = trained_uuids()
     out: dict[str, Any] = {}
     try:
         builder = PromptBuilder(rollout.tokenizer, settings.max_prompt_tokens)
-        for name in names:
-            t0 = time.time()
-            loaded = load_benchmark(name, path=(hub_paths or {}).get(name))
-            rows, in_training = held_out(loaded.rows, trained)
-            rows = rows[:caps[name].rows] if caps[name].rows else rows
-            block = score_rows(rollout, builder, environment, rows, caps[name].max_new_tokens, settings.samples,
+        for name, bench in benchmarks.items():
+            t0, cap = time.time(), bench["cap"]
+            block = score_rows(rollout, builder, environment, bench["rows"], cap.max_new_tokens, settings.samples,
                                settings.temperature, settings.seed)
-            out[name] = {**block, "in_training": in_training, "rejects": loaded.rejects,
-                         "max_new_tokens": caps[name].max_new_tokens, **summarize(block),
+            counts = {k: v for k, v in bench.items() if k not in ("rows", "cap")}
+            out[name] = {**block, **counts, "max_new_tokens": cap.max_new_tokens, **summarize(block),
                          "wall_s": round(time.time() - t0, 1)}
             print(f"{name}: {_line(out[name])}", flush=True)
     finally:
@@ -144,9 +124,8 @@ def evaluate_checkpoint(checkpoint: str | Path, settings: EvalSettings, preset: 
             rollout.close()
         if own_env and hasattr(environment, "close"):
             environment.close()
-    return {"checkpoint": str(checkpoint), "preset": preset or settings.preset,
-            "settings": settings.model_dump(exclude={"presets"}), "wall_s": round(time.time() - start, 1),
-            "benchmarks": out}
+    return {"checkpoint": str(checkpoint), "settings": settings.model_dump(exclude={"presets"}),
+            "wall_s": round(time.time() - start, 1), "benchmarks": out}
 
 
 def _engine(checkpoint: str | Path, settings: EvalSettings, max_new_tokens: int) -> Any:
@@ -204,34 +183,3 @@ def _values(scores: dict[str, Any], metric: str) -> dict[str, float] | None:
     if metric.startswith("pass@") and "sample_passed" in scores:
         return dict(zip(scores["uuid"], (float(any(p)) for p in scores["sample_passed"]), strict=True))
     return None
-
-
-def run_eval(params: dict[str, Any], checkpoint: str, label: str | None = None, preset: str | None = None,
-             only: list[str] | None = None, hub_paths: dict[str, str] | None = None, out_dir: str | None = None,
-             against: str | None = None) -> dict[str, Any]:
-    """``cascade eval`` body: evaluate, write ``<out_dir>/<label>.json`` (label: the checkpoint's directory
-    name), print the table and, with ``against`` (a label in ``out_dir`` or a result file), the paired deltas.
-
-    Raises:
-        ValueError: no ``benchmarks`` block in params, or a bad one (names the key); FileNotFoundError:
-            ``against`` names no result.
-    """
-    from common.io import write_json
-
-    if "benchmarks" not in params:
-        raise ValueError("params.yaml has no `benchmarks` block (the presets of `cascade eval`)")
-    settings = EvalSettings.model_validate(params["benchmarks"])
-    result = evaluate_checkpoint(checkpoint, settings, preset, only, hub_paths)
-    out = Path(out_dir) if out_dir else OUT
-    path = out / f"{label or Path(checkpoint).name}.json"
-    write_json(result, path)
-    print(f"wrote {path} ({result['wall_s']} s)")
-    if against:
-        import json
-
-        other = Path(against) if Path(against).suffix == ".json" else out / f"{against}.json"
-        if not other.exists():
-            raise FileNotFoundError(f"--against {against}: no result {other} (run `cascade eval` on it first)")
-        for name, d in paired_deltas(result, json.loads(other.read_text(encoding="utf-8"))).items():
-            print(f"{name}: Δ {d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (n={d['n']}, paired)")
-    return result

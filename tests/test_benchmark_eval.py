@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from corpora.benchmarks import load_benchmark
-from stages.benchmark_eval import BenchmarkCap, EvalSettings, evaluate_checkpoint, paired_deltas
+from curation.benchmarks import load_benchmark, run_eval
+from stages.benchmark_eval import BenchmarkCap, EvalSettings, paired_deltas
 from stages.environment import PromptBuilder, VerifierEnvironment
 from stages.rollout import Rollouts, SamplingConfig
 from tests.tiny_lm import smollm2_tokenizer
@@ -95,10 +95,10 @@ GOLD_BENCHMARKS = ["gsm8k", "math500", "arc_challenge", "mmlu", "humaneval", "mb
                    "gpqa_diamond", "livecodebench"]
 
 
-def _run(names, answer, tokenizer, environment, samples=2):
-    settings = EvalSettings(presets={"t": {n: BenchmarkCap(rows=ROWS, max_new_tokens=64) for n in names}},
-                            preset="t", samples=samples)
-    from corpora.benchmarks import held_out, trained_uuids
+def _run(names, answer, tokenizer, environment, tmp_path, samples=2):
+    presets = {"t": {n: {"rows": ROWS, "max_new_tokens": 64} for n in names}}
+    settings = EvalSettings(presets=presets, preset="t", samples=samples)
+    from curation.benchmarks import held_out, trained_uuids
 
     builder, trained = PromptBuilder(tokenizer, settings.max_prompt_tokens), trained_uuids()
     answers = {}
@@ -106,15 +106,17 @@ def _run(names, answer, tokenizer, environment, samples=2):
         for row in held_out(load_benchmark(n, path=HUB.get(n)).rows, trained)[0][:ROWS]:
             answers[tuple(builder(row))] = answer(row)
     engine = ScriptedEngine(tokenizer, answers)
-    result = evaluate_checkpoint("scripted", settings, hub_paths={k: str(v) for k, v in HUB.items()},
-                                 rollout=engine, environment=environment)
+    params = {"benchmarks": {"presets": presets, "preset": "t", "samples": samples}}
+    result = run_eval(params, "scripted", hub_paths={k: str(v) for k, v in HUB.items()}, out_dir=str(tmp_path),
+                      rollout=engine, environment=environment)
+    assert json.loads((tmp_path / "scripted.json").read_text())["benchmarks"].keys() == result["benchmarks"].keys()
     return result, engine
 
 
-def test_gold_answers_score_100_and_wrong_ones_0_on_every_benchmark(tokenizer, environment):
+def test_gold_answers_score_100_and_wrong_ones_0_on_every_benchmark(tokenizer, environment, tmp_path):
     mbpp = _mbpp_gold()
-    good, engine = _run(GOLD_BENCHMARKS, lambda r: gold(r, mbpp), tokenizer, environment)
-    bad, _ = _run([*GOLD_BENCHMARKS, "ifeval", "ifbench"], wrong, tokenizer, environment)
+    good, engine = _run(GOLD_BENCHMARKS, lambda r: gold(r, mbpp), tokenizer, environment, tmp_path / "good")
+    bad, _ = _run([*GOLD_BENCHMARKS, "ifeval", "ifbench"], wrong, tokenizer, environment, tmp_path / "bad")
     for name in GOLD_BENCHMARKS:
         block = good["benchmarks"][name]
         n = block["accuracy"]["n"]
@@ -133,8 +135,8 @@ def test_gold_answers_score_100_and_wrong_ones_0_on_every_benchmark(tokenizer, e
     assert deltas["gsm8k"] == {"delta": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n": ROWS}
 
 
-def test_rows_a_training_split_holds_are_left_out_and_counted(tokenizer, environment):
-    from corpora.benchmarks import held_out, trained_uuids
+def test_rows_a_training_split_holds_are_left_out_and_counted():
+    from curation.benchmarks import held_out, trained_uuids
 
     trained = trained_uuids()
     rows = load_benchmark("mbpp").rows
@@ -165,12 +167,15 @@ def test_hub_loaders_read_the_published_schemas_and_reject_what_they_cannot_grad
                                                                          for reason in lcb.rejects)
 
 
-def test_bad_presets_and_benchmarks_name_the_params_key():
+def test_bad_presets_and_benchmarks_name_the_params_key(tmp_path):
     settings = EvalSettings(presets={"laptop": {"gsm8k": BenchmarkCap(max_new_tokens=8)}})
     with pytest.raises(ValueError, match="benchmarks.presets has no preset 'nope'"):
         settings.caps("nope")
+    bad = {"benchmarks": {"presets": {"x": {"gsm9k": {"max_new_tokens": 8}}}, "preset": "x"}}
     with pytest.raises(ValueError, match="benchmarks.presets.x: unknown benchmarks \\['gsm9k'\\]"):
-        EvalSettings(presets={"x": {"gsm9k": BenchmarkCap(max_new_tokens=8)}}).caps("x")
+        run_eval(bad, "scripted", out_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="no `benchmarks` block"):
+        run_eval({}, "scripted")
     with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'"):
         load_benchmark("gsm9k")
 

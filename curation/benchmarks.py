@@ -1,5 +1,5 @@
-"""The benchmark sets ``cascade eval`` scores (:mod:`stages.benchmark_eval`), read as RL rows of the verifier
-that grades training on their domain, so a checkpoint is scored by the code that rewarded it.
+"""``cascade eval``: the benchmark sets, read as RL rows of the verifier that grades training on their domain (so
+a checkpoint is scored by the code that rewarded it), scored by :mod:`stages.benchmark_eval`.
 
 Each benchmark is a registry source (``role: benchmark``, or a training source's held-out file) ingested with
 its adapter, as ``cascade ingest`` reads it; answers are extracted and compared by the row's verifier:
@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from common.paths import SETS, SOURCES
+
+OUT = Path("metrics/benchmarks")
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_REGISTRY = REPO / "corpora" / "sources.yaml"
@@ -123,3 +125,57 @@ def held_out(rows: list[dict[str, Any]], trained: set[str]) -> tuple[list[dict[s
     """``rows`` without those whose uuid is in ``trained``, and how many were left out."""
     kept = [r for r in rows if r["uuid"] not in trained]
     return kept, len(rows) - len(kept)
+
+
+def run_eval(params: dict[str, Any], checkpoint: str, label: str | None = None, preset: str | None = None,
+             only: list[str] | None = None, hub_paths: dict[str, str] | None = None, out_dir: str | None = None,
+             against: str | None = None, rollout: Any = None, environment: Any = None) -> dict[str, Any]:
+    """``cascade eval`` body: the preset's benchmarks (``only``: a subset, or benchmarks outside the preset at
+    the ``full`` preset's cap) loaded (:func:`load_benchmark`; ``hub_paths``: ``{benchmark: local copy}``),
+    rows a training split holds left out (``in_training``), capped, scored
+    (:func:`stages.benchmark_eval.evaluate_checkpoint`), written to ``<out_dir>/<label>.json`` (label: the
+    checkpoint's directory name; temp file, then renamed) and, with ``against`` (a label in ``out_dir`` or a
+    result file), the paired deltas printed.
+
+    Raises:
+        ValueError: no or a bad ``benchmarks`` block in params, an unknown preset or benchmark (names the key);
+            FileNotFoundError: no model at ``checkpoint``, or ``against`` names no result.
+    """
+    import json
+
+    from common.io import write_json
+    from stages.benchmark_eval import BenchmarkCap, EvalSettings, evaluate_checkpoint, paired_deltas
+
+    if "benchmarks" not in params:
+        raise ValueError("params.yaml has no `benchmarks` block (the presets of `cascade eval`)")
+    settings = EvalSettings.model_validate(params["benchmarks"])
+    name = preset or settings.preset
+    caps = dict(settings.caps(name))
+    unknown = sorted(set(caps) - set(BENCHMARKS))
+    if unknown:
+        raise ValueError(f"params benchmarks.presets.{name}: unknown benchmarks {unknown} (known: {sorted(BENCHMARKS)})")
+    for bench in only or []:
+        if bench not in BENCHMARKS:
+            raise ValueError(f"unknown benchmark {bench!r} (known: {sorted(BENCHMARKS)})")
+        caps.setdefault(bench, settings.presets.get("full", {}).get(bench) or BenchmarkCap(max_new_tokens=1024))
+    other = None
+    if against:
+        other = Path(against) if Path(against).suffix == ".json" else Path(out_dir or OUT) / f"{against}.json"
+        if not other.exists():
+            raise FileNotFoundError(f"--against {against}: no result {other} (run `cascade eval` on it first)")
+    trained = trained_uuids()
+    benchmarks: dict[str, dict[str, Any]] = {}
+    for bench in only or list(caps):
+        loaded = load_benchmark(bench, path=(hub_paths or {}).get(bench))
+        rows, in_training = held_out(loaded.rows, trained)
+        cap = caps[bench]
+        benchmarks[bench] = {"rows": rows[:cap.rows] if cap.rows else rows, "cap": cap, "in_training": in_training,
+                             "rejects": loaded.rejects}
+    result = {"preset": name, **evaluate_checkpoint(checkpoint, settings, benchmarks, rollout, environment)}
+    path = Path(out_dir or OUT) / f"{label or Path(checkpoint).name}.json"
+    write_json(result, path)
+    print(f"wrote {path} ({result['wall_s']} s)")
+    if other is not None:
+        for bench, d in paired_deltas(result, json.loads(other.read_text(encoding="utf-8"))).items():
+            print(f"{bench}: Δ {d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] (n={d['n']}, paired)")
+    return result
