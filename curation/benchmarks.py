@@ -29,6 +29,7 @@ in a training split are left out and counted (:func:`held_out`). MT-Bench needs 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
 @dataclass
 class BenchmarkRows:
     """A benchmark's rows (canonical RL rows, file order) and what was not kept: ``rejects`` ``{reason: n}``
-    from ingest (records its adapter could not map), filled by :func:`load_benchmark`."""
+    from ingest (records its adapter could not map, each reason naming the field), filled by :func:`load_benchmark`."""
 
     rows: list[dict[str, Any]]
     rejects: dict[str, int]
@@ -108,7 +109,7 @@ def load_benchmark(name: str, sources: Path = SOURCES, path: str | None = None) 
     spec = spec.model_copy(update=update)
     rejects = Rejects("eval")
     result = ingest_source(spec, source_root(spec, sources), rejects)
-    return BenchmarkRows(result.rows, {reason: n for (_, reason), n in rejects.counts().items()})
+    return BenchmarkRows(result.rows, dict(Counter(r["reason"] for r in rejects.rows)))
 
 
 def trained_uuids(sets: Path = SETS / "rl") -> set[str]:

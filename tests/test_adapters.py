@@ -36,7 +36,8 @@ EXPECTED: dict[str, tuple[int, int, dict[str, int]]] = {
     "reasoning_gym_math": (1, 1000, {}),  # one generator record -> 5 x 200 rows
     "mbpp_problems": (500, 500, {}),
     "ifbench_prompts": (294, 294, {}),
-    "arc": (3548, 3548, {}),  # challenge 1172 + easy 2376
+    "arc": (2675, 2675, {}),  # easy test 2376 + challenge validation 299
+    "arc_challenge": (1172, 1172, {}),  # the benchmark: ARC-Challenge's test split
     "openbookqa": (500, 500, {}),
     "sciq": (1000, 1000, {}),
     "medmcqa": (4183, 4183, {}),
@@ -202,10 +203,11 @@ def test_mcq_rows(ingested):
     assert re.search(regex, "so the answer is \\boxed{B}.").group(1) == "B"
     assert re.search(regex, "\\boxed{\\text{ C }}").group(1) == "C"
     assert re.search(regex, "\\boxed{E}") is None
-    arc = _find(_rows(ingested, "arc"), id="Mercury_7175875")
+    arc = _find(_rows(ingested, "arc_challenge"), id="Mercury_7175875")
     assert json.loads(arc["ground_truth"])["answer"] == "C" and arc["domain"] == "stem_mcqa"
-    five = [r for r in _rows(ingested, "arc") if len(json.loads(r["ground_truth"])["options"]) == 5]
-    assert len(five) == 7 and "E. " in _prompt(five[0])
+    five = [r for name in ("arc", "arc_challenge") for r in _rows(ingested, name)
+            if len(json.loads(r["ground_truth"])["options"]) == 5]
+    assert len(five) == 8 and "E. " in _prompt(five[0])
     sciq = _find(_rows(ingested, "sciq"), id=0)
     assert json.loads(sciq["ground_truth"])["options"]["D"] == "darwin"
     med = _find(_rows(ingested, "medmcqa"), id="45258d3d-b974-44dd-a161-c3fccbdadd88")

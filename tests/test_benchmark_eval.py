@@ -150,7 +150,7 @@ def test_rows_a_training_split_holds_are_left_out_and_counted():
 def test_hub_loaders_read_the_published_schemas_and_reject_what_they_cannot_grade():
     aime = load_benchmark("aime24", path=str(HUB["aime24"])).rows
     assert [json.loads(r["ground_truth"])["answer"] for r in aime] == ["204", "025"]
-    assert "Aya" in json.loads(aime[0]["responses_create_params"])["input"][0]["content"]
+    assert "Aya" in aime[0]["responses_create_params"]["input"][0]["content"]
     gpqa = load_benchmark("gpqa_diamond", path=str(HUB["gpqa_diamond"])).rows
     for row in gpqa:
         gt = json.loads(row["ground_truth"])

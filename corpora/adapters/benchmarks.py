@@ -129,5 +129,6 @@ def livecodebench(raw: dict[str, Any], spec: SourceSpec, root: Path) -> dict[str
             "ground_truth": {"mode": "stdin_stdout",
                              "tests": [{"stdin": t["input"], "expected_stdout": t["output"]} for t in tests]},
             "metadata": {"id": question_id, "question": content, "title": raw.get("question_title"),
-                         "platform": raw.get("platform"), "contest_date": raw.get("contest_date"),
+                         "platform": raw.get("platform"),
+                         "contest_date": None if raw.get("contest_date") is None else str(raw["contest_date"]),
                          "difficulty": raw.get("difficulty")}}
