@@ -2,7 +2,7 @@
 # The recovery experiment (presets/recovery.yaml, docs/recovery/README.md): STEM RL, then IF-RL, then from
 # the IF-RL checkpoint MOPD (per-domain teachers) and continued GRPO on the same budget of sampled tokens;
 # every checkpoint validated on held-out prompts and scored on the laptop benchmark preset. Needs the data
-# release first (the README's first command). About 2 hours on 2 CPU cores.
+# release first (the README's first command). About 2 hours on 2 CPU cores (docs/recovery/README.md).
 #
 #   bash scripts/recovery.sh                  # everything
 #   STAGES="mopd grpo_more" bash scripts/recovery.sh   # some stages again (each resumes a killed run)
@@ -34,5 +34,9 @@ with open(sys.argv[1], "w") as f:
 EOF
 for stage in ${STAGES:-sft multidomain_rl if_rl mopd grpo_more}; do
   timed "$stage" cascade --params "$PARAMS" train "$stage"
+done
+for stage in ${STAGES:-sft multidomain_rl if_rl mopd grpo_more}; do   # the laptop benchmark preset
+  timed "eval_$stage" cascade --params "$PARAMS" eval "data/checkpoints/recovery/$stage" --label "$stage" \
+    --out metrics/recovery/benchmarks
 done
 cascade --params "$PARAMS" report --docs "$DOCS" --wall-s $(( $(date +%s) - start ))

@@ -94,3 +94,53 @@ def test_a_disabled_stage_passes_its_init_through_and_reports_as_skipped(tmp_pat
     report = build_report(ORDER[:4], root)
     assert report["stages"][-1] == {"stage": "mopd", "runner": "mopd", "status": "skipped"}
     assert report["regressions"][-1]["stage"] == "mopd" and report["recovered"] == []
+
+
+def _scores(passed: list[int]) -> dict:
+    return {"uuid": [f"u{i}" for i in range(len(passed))], "reward": [float(p) for p in passed],
+            "passed": [bool(p) for p in passed]}
+
+
+def test_an_alternative_branch_and_the_benchmark_table(tmp_path, monkeypatch, capsys):
+    """compare {mopd: grpo_more}: the alternative from MOPD's init, its recovery and MOPD minus it paired per
+    prompt; the benchmark table's rows are the stages with a `cascade eval` result, deltas against the init."""
+    from stages.checkpoints import SCORES_FILE
+
+    data = tmp_path / "set"
+    write_parquet(rl_table(["a"]), data / "train.parquet")
+    root = tmp_path / "ckpt"
+    math = {"sft": [1, 1, 1, 0], "if_rl": [0, 0, 1, 0], "mopd": [1, 1, 1, 0], "grpo_more": [0, 1, 1, 0]}
+    for stage, init in (("sft", tmp_path / "base"), ("if_rl", root / "sft"), ("mopd", root / "if_rl"),
+                        ("grpo_more", root / "if_rl")):
+        write_record(root / stage, stage=stage, runner={"mopd": "mopd"}.get(stage, "grpo"), init=init,
+                     datasets=[data], validation={"math": {"reward": sum(math[stage]) / 4}},
+                     train={"final": {}, "counts": {}})
+        (root / stage / SCORES_FILE).write_text(json.dumps({"math": _scores(math[stage])}))
+    bench = tmp_path / "bench"
+    gsm = {"sft": [1, 0, 0, 0], "if_rl": [1, 1, 0, 0], "grpo_more": [1, 1, 1, 0]}
+    for stage, passed in gsm.items():
+        block = {"scores": _scores(passed), "accuracy": {"mean": sum(passed) / 4, "ci_low": 0.0, "ci_high": 1.0,
+                                                          "n": 4}}
+        (bench / f"{stage}.json").parent.mkdir(exist_ok=True)
+        (bench / f"{stage}.json").write_text(json.dumps({"benchmarks": {"gsm8k": block}, "wall_s": 1.0}))
+    params = {"cascade": {"order": ["sft", "if_rl", "mopd"], "defaults": {"checkpoint_root": str(root)},
+                          "report": {"compare": {"mopd": "grpo_more"}, "benchmarks_dir": str(bench)}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    assert cascade_main(["report", "--docs", str(tmp_path / "docs")]) == 0
+    saved = json.loads((tmp_path / "metrics/cascade_report.json").read_text())
+    branch = saved["branches"]["grpo_more"]
+    assert branch["init"] == "if_rl" and branch["replaces"] == "mopd"
+    assert branch["recovered"][0]["fraction"] == pytest.approx((0.5 - 0.25) / (0.75 - 0.25))
+    assert branch["versus"]["math"]["delta"] == pytest.approx(0.25) and branch["versus"]["math"]["n"] == 4
+    table = saved["benchmarks"]
+    assert table["stages"] == ["sft", "if_rl", "grpo_more"] and table["missing"] == ["mopd"]
+    assert table["deltas"]["if_rl"]["gsm8k"]["delta"] == pytest.approx(0.25)
+    assert table["deltas"]["grpo_more"]["gsm8k"] == {**table["deltas"]["grpo_more"]["gsm8k"], "init": "if_rl",
+                                                     "delta": pytest.approx(0.25)}
+    md = (tmp_path / "docs/report.md").read_text()
+    assert "Alternative `grpo_more` (from `if_rl`, as `mopd`)" in md and "| grpo_more | 0.750 [0.000, 1.000]" in md
+    params["cascade"]["report"]["compare"] = {"nope": "grpo_more"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert cascade_main(["report"]) == 1
+    assert "cascade.report.compare: 'nope' is not in cascade.order" in capsys.readouterr().err
