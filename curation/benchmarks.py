@@ -145,7 +145,8 @@ def run_eval(params: dict[str, Any], checkpoint: str, label: str | None = None, 
     import json
 
     from common.io import write_json
-    from stages.benchmark_eval import BenchmarkCap, EvalSettings, evaluate_checkpoint, paired_deltas
+    from stages.benchmark_eval import BenchmarkCap, EvalSettings, evaluate_checkpoint
+    from stages.benchmark_report import paired_deltas
 
     if "benchmarks" not in params:
         raise ValueError("params.yaml has no `benchmarks` block (the presets of `cascade eval`)")

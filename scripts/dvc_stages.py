@@ -74,6 +74,8 @@ REPORT = """\
     deps:
 {checkpoints}
       - stages/report.py
+      - stages/report_branches.py
+      - stages/benchmark_report.py
       - stages/bootstrap.py
       - stages/checkpoints.py
       - stages/datasets.py

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.bootstrap import mean_ci, paired_delta_ci
+from stages.bootstrap import mean_ci
 
 
 class BenchmarkCap(BaseModel):
@@ -156,30 +156,3 @@ def _line(block: dict[str, Any]) -> str:
         if key.startswith("pass@") and isinstance(block[key], dict):
             text += f", {key} {block[key]['mean']:.3f}"
     return text + f" ({block['wall_s']} s)"
-
-
-def paired_deltas(after: dict[str, Any], before: dict[str, Any], metric: str = "accuracy") -> dict[str, Any]:
-    """``{benchmark: {delta, ci_low, ci_high, n}}``: ``after`` minus ``before`` (two :func:`evaluate_checkpoint`
-    results) on the prompts both answered, paired bootstrap (:func:`stages.bootstrap.paired_delta_ci`);
-    ``metric`` ``accuracy`` (greedy pass) or ``pass@k`` (a passing sample among k)."""
-    out = {}
-    for name, a in after["benchmarks"].items():
-        b = before["benchmarks"].get(name)
-        if not b or "scores" not in a or "scores" not in b:
-            continue
-        va, vb = _values(a["scores"], metric), _values(b["scores"], metric)
-        if va is None or vb is None:
-            continue
-        common = [u for u in va if u in vb]
-        if common:
-            d, lo, hi = paired_delta_ci([va[u] for u in common], [vb[u] for u in common])
-            out[name] = {"delta": d, "ci_low": lo, "ci_high": hi, "n": len(common)}
-    return out
-
-
-def _values(scores: dict[str, Any], metric: str) -> dict[str, float] | None:
-    if metric == "accuracy":
-        return dict(zip(scores["uuid"], (float(p) for p in scores["passed"]), strict=True))
-    if metric.startswith("pass@") and "sample_passed" in scores:
-        return dict(zip(scores["uuid"], (float(any(p)) for p in scores["sample_passed"]), strict=True))
-    return None

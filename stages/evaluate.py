@@ -9,6 +9,7 @@ The metrics per domain go into the checkpoint record, where
                                     ``k`` sampled at ``temperature`` (Chen et al. 2021, n = k), and the mean
                                     reward of those samples
   ``response_tokens``, ``truncated`` greedy answers: mean length, fraction without EOS
+  ``sample_response_tokens``        with ``samples``: the sampled answers' mean length
   ``rows``, ``prompt_too_long``, ``ungraded``  prompts scored, skipped (longer than the builder's budget),
                                     and whose greedy answer the grader failed on (scored as reward 0)
 
@@ -146,6 +147,7 @@ def score_rows(rollout: RolloutEngine, builder: PromptBuilder, env: Environment,
         scores["sample_rewards"] = [s_reward[i * k:(i + 1) * k] for i in range(len(kept))]
         scores["sample_passed"] = [s_passed[i * k:(i + 1) * k] for i in range(len(kept))]
         metrics[f"pass@{k}"] = sum(any(p) for p in scores["sample_passed"]) / len(kept)
+        metrics["sample_response_tokens"] = sum(map(len, sampled.response_ids)) / len(sampled.response_ids)
         metrics[f"reward@t{temperature:g}"] = sum(s_reward) / len(s_reward)
     metrics[SCORES] = scores
     return metrics

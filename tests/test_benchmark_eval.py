@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from curation.benchmarks import load_benchmark, run_eval
-from stages.benchmark_eval import BenchmarkCap, EvalSettings, paired_deltas
+from stages.benchmark_eval import BenchmarkCap, EvalSettings
+from stages.benchmark_report import paired_deltas
 from stages.environment import PromptBuilder, VerifierEnvironment
 from stages.rollout import Rollouts, SamplingConfig
 from tests.tiny_lm import smollm2_tokenizer
