@@ -40,6 +40,7 @@ CONTAMINATED = "8d0c63d2-6a0b-5d2e-9a51-0c3f1f7e2a03"  # IFEval's "title wrapped
 def _registry(path: Path) -> None:
     """``sources-hub.yaml`` read from the fixtures instead of the Hub, plus :data:`BENCHMARKS`."""
     hub = yaml.safe_load((ROOT / "corpora" / "sources-hub.yaml").read_text(encoding="utf-8"))["sources"]
+    hub = [s for s in hub if s["role"] == "train"]  # the Hub benchmarks (AIME, GPQA, LCB): tests/test_benchmark_eval.py
     for spec in hub:
         spec["path"] = str(FX / spec["path"].split("/", 1)[1])  # nvidia/<repo> -> tests/fixtures/nvidia/<repo>
     default = yaml.safe_load((ROOT / "corpora" / "sources.yaml").read_text(encoding="utf-8"))["sources"]
