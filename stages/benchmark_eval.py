@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.bootstrap import mean_ci
+from stages.bootstrap import interval
 
 
 class BenchmarkCap(BaseModel):
@@ -64,22 +64,17 @@ class EvalSettings(BaseModel):
         return self.presets[name]
 
 
-def _interval(values: list[float]) -> dict[str, float]:
-    m, lo, hi = mean_ci(values)
-    return {"mean": m, "ci_low": lo, "ci_high": hi, "n": len(values)}
-
-
 def summarize(block: dict[str, Any]) -> dict[str, Any]:
     """The intervals of one benchmark's :func:`~stages.evaluate.score_rows` block: ``accuracy`` (greedy pass),
     ``pass@k`` and ``pass@1@t`` (samples), each ``{mean, ci_low, ci_high, n}``."""
     scores = block.get("scores")
     if not scores:
         return {}
-    out = {"accuracy": _interval([float(p) for p in scores["passed"]])}
+    out = {"accuracy": interval([float(p) for p in scores["passed"]])}
     if "sample_passed" in scores:
         k = len(scores["sample_passed"][0])
-        out[f"pass@{k}"] = _interval([float(any(p)) for p in scores["sample_passed"]])
-        out["pass@1@t"] = _interval([sum(p) / k for p in scores["sample_passed"]])
+        out[f"pass@{k}"] = interval([float(any(p)) for p in scores["sample_passed"]])
+        out["pass@1@t"] = interval([sum(p) / k for p in scores["sample_passed"]])
     return out
 
 

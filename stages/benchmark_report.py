@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stages.bootstrap import paired_delta_ci
+from stages.bootstrap import paired_delta
+from stages.report import metric_values
 
 
 def benchmark_table(stages: list[str], inits: dict[str, str | None], results_dir: str | Path) -> dict[str, Any]:
@@ -102,26 +103,14 @@ def print_table(table: dict[str, Any]) -> None:
 def paired_deltas(after: dict[str, Any], before: dict[str, Any], metric: str = "accuracy") -> dict[str, Any]:
     """``{benchmark: {delta, ci_low, ci_high, n}}``: ``after`` minus ``before`` (two
     :func:`stages.benchmark_eval.evaluate_checkpoint` results) on the prompts both answered, paired bootstrap
-    (:func:`stages.bootstrap.paired_delta_ci`); ``metric`` ``accuracy`` (greedy pass) or ``pass@k`` (a passing
+    (:func:`stages.bootstrap.paired_delta`); ``metric`` ``accuracy`` (greedy pass) or ``pass@k`` (a passing
     sample among k)."""
+    key = "pass_rate" if metric == "accuracy" else metric
     out = {}
     for name, a in after["benchmarks"].items():
         b = before["benchmarks"].get(name)
-        if not b or "scores" not in a or "scores" not in b:
-            continue
-        va, vb = _values(a["scores"], metric), _values(b["scores"], metric)
-        if va is None or vb is None:
-            continue
-        common = [u for u in va if u in vb]
-        if common:
-            d, lo, hi = paired_delta_ci([va[u] for u in common], [vb[u] for u in common])
-            out[name] = {"delta": d, "ci_low": lo, "ci_high": hi, "n": len(common)}
+        if b and "scores" in a and "scores" in b:
+            delta = paired_delta(metric_values(a["scores"], key), metric_values(b["scores"], key))
+            if delta:
+                out[name] = delta
     return out
-
-
-def _values(scores: dict[str, Any], metric: str) -> dict[str, float] | None:
-    if metric == "accuracy":
-        return dict(zip(scores["uuid"], (float(p) for p in scores["passed"]), strict=True))
-    if metric.startswith("pass@") and "sample_passed" in scores:
-        return dict(zip(scores["uuid"], (float(any(p)) for p in scores["sample_passed"]), strict=True))
-    return None

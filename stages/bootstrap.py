@@ -77,3 +77,32 @@ def domain_mean_delta_ci(pairs: list[tuple[list[float], list[float]]], confidenc
             raise ValueError(f"paired scores need the same, non-empty prompts: {a.size} after vs {b.size} before")
         diffs.append(a - b)
     return _mean_of_means_ci(diffs, confidence, resamples, seed)
+
+
+Values = tuple[list[str], list[float]]
+"""``(uuids, per-prompt values)``: one checkpoint's scores on one set of prompts."""
+
+
+def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
+    """``{"mean", "ci_low", "ci_high", "n"}`` of ``values`` (:func:`mean_ci`); the form reports and results store."""
+    m, lo, hi = mean_ci(values, confidence)
+    return {"mean": m, "ci_low": lo, "ci_high": hi, "n": len(values)}
+
+
+def paired(after: Values, before: Values) -> tuple[list[float], list[float]]:
+    """The two checkpoints' values on the prompts (uuids) both scored, in ``after``'s order."""
+    b = dict(zip(*before, strict=True))
+    common = [(v, b[u]) for u, v in zip(*after, strict=True) if u in b]
+    return [c[0] for c in common], [c[1] for c in common]
+
+
+def paired_delta(after: Values | None, before: Values | None, confidence: float = 0.95) -> dict[str, float] | None:
+    """``{"delta", "ci_low", "ci_high", "n"}`` of ``after - before`` on the prompts both scored
+    (:func:`paired`, :func:`paired_delta_ci`), or ``None`` when either is missing or they share no prompt."""
+    if after is None or before is None:
+        return None
+    a, b = paired(after, before)
+    if not a:
+        return None
+    d, lo, hi = paired_delta_ci(a, b, confidence)
+    return {"delta": d, "ci_low": lo, "ci_high": hi, "n": len(a)}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common.io import atomic_path, write_json
-from stages.bootstrap import domain_mean_delta_ci, mean_ci, paired_delta_ci
+from stages.bootstrap import domain_mean_delta_ci, interval, paired, paired_delta
 from stages.checkpoints import read_record, read_scores
 
 REPORT_JSON = Path("metrics/cascade_report.json")
@@ -46,30 +46,6 @@ def metric_values(scores: dict[str, Any], metric: str) -> tuple[list[str], list[
     else:
         return None
     return (list(scores["uuid"]), [float(v) for v in values]) if values is not None else None
-
-
-def _paired(after: tuple[list[str], list[float]], before: tuple[list[str], list[float]]
-            ) -> tuple[list[float], list[float]]:
-    """The two checkpoints' values on the prompts both scored, in ``after``'s order."""
-    b = dict(zip(*before, strict=True))
-    common = [(v, b[u]) for u, v in zip(*after, strict=True) if u in b]
-    return [c[0] for c in common], [c[1] for c in common]
-
-
-def _interval(values: list[float], confidence: float) -> dict[str, float]:
-    m, lo, hi = mean_ci(values, confidence)
-    return {"mean": m, "ci_low": lo, "ci_high": hi, "n": len(values)}
-
-
-def _delta(after: tuple[list[str], list[float]] | None, before: tuple[list[str], list[float]] | None,
-           confidence: float) -> dict[str, float] | None:
-    if after is None or before is None:
-        return None
-    a, b = _paired(after, before)
-    if not a:
-        return None
-    d, lo, hi = paired_delta_ci(a, b, confidence)
-    return {"delta": d, "ci_low": lo, "ci_high": hi, "n": len(a)}
 
 
 def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "reward",
@@ -126,22 +102,22 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
         lineage[stage] = {k: rec.get(k) for k in ("init", "lineage", "datasets", "parent_datasets", "teachers")
                           if k in rec}
         per_prompt = {d: metric_values(scores[stage].get(d, {}), metric) for d in domains}
-        intervals[stage] = {d: _interval(v[1], confidence) for d, v in per_prompt.items() if v and v[1]}
+        intervals[stage] = {d: interval(v[1], confidence) for d, v in per_prompt.items() if v and v[1]}
         k_metric = next((key for d in domains for key in rec.get("validation", {}).get(d, {})
                          if key.startswith("pass@")), None)
         if k_metric:
-            pass_at_k[stage] = {d: _interval(v[1], confidence) for d in domains
+            pass_at_k[stage] = {d: interval(v[1], confidence) for d in domains
                                 if (v := metric_values(scores[stage].get(d, {}), k_metric)) and v[1]}
         for d, v in values.items():
             if v is None:
                 continue
             delta = None  # against the init checkpoint (the stage before)
             if status == "trained" and previous is not None:
-                delta = _delta(per_prompt[d], metric_values(scores[previous].get(d, {}), metric), confidence)
+                delta = paired_delta(per_prompt[d], metric_values(scores[previous].get(d, {}), metric), confidence)
                 if delta is not None:
                     deltas.append({"stage": stage, "init": previous, "domain": d, **delta})
             if d in best and v < best[d][0] - tolerance:
-                against = _delta(per_prompt[d], metric_values(scores[best[d][1]].get(d, {}), metric), confidence)
+                against = paired_delta(per_prompt[d], metric_values(scores[best[d][1]].get(d, {}), metric), confidence)
                 if against is None or against["ci_high"] < 0:
                     flagged.add(d)
                     regressions.append({"stage": stage, "domain": d, "value": v, "best": best[d][0],
@@ -169,7 +145,7 @@ def build_report(stages: list[str], checkpoint_root: str | Path, metric: str = "
             if after is None or before is None:
                 raise ValueError(f"cascade.report.domain_groups.{stage}: no per-prompt {metric!r} of {d!r} for "
                                  f"{stage} and {init}")
-            pairs.append(_paired(after, before))
+            pairs.append(paired(after, before))
         d, lo, hi = domain_mean_delta_ci(pairs, confidence)
         group_deltas.append({"stage": stage, "init": init, "domains": list(group), "delta": d, "ci_low": lo,
                              "ci_high": hi})

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from stages.bootstrap import paired_delta
 from stages.checkpoints import read_scores
-from stages.report import _delta, metric_values
+from stages.report import metric_values
 
 
 def versus(checkpoint_root: str | Path, stage: str, other: str, metric: str = "reward",
@@ -18,7 +19,7 @@ def versus(checkpoint_root: str | Path, stage: str, other: str, metric: str = "r
     a, b = read_scores(root / stage), read_scores(root / other)
     out = {}
     for d in sorted(set(a) & set(b)):
-        delta = _delta(metric_values(a[d], metric), metric_values(b[d], metric), confidence)
+        delta = paired_delta(metric_values(a[d], metric), metric_values(b[d], metric), confidence)
         if delta is not None:
             out[d] = delta
     return out

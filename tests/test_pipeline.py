@@ -134,18 +134,41 @@ def _step_process(proc: subprocess.Popen, timeout: float = 120.0):
     raise AssertionError("dvc repro never started the step")
 
 
-def _kill_and_rerun(dst: Path, env: dict, stage: str, kill_when) -> None:
+def _kill_and_rerun(dst: Path, env: dict, stage: str, kill_when) -> bool:
     """``dvc repro`` of ``stage`` with DVC's run cache off, SIGKILLed (with the step under it) once
-    ``kill_when(step_process)`` returns, then the same command to completion."""
+    ``kill_when(step_process)`` returns, then the same command to completion.
+
+    The process group is frozen (SIGSTOP) first and killed only while the step is still alive: once the
+    step has exited, DVC rewrites dvc.lock in place (``open(path, "w+")``, not atomic), and a kill there
+    truncates DVC's own file, which no step can prevent. Returns whether the step was killed."""
     import signal
 
     cmd = [sys.executable, "-m", "dvc", "repro", "--no-run-cache", "--force", "--single-item", stage]
     proc = subprocess.Popen(cmd, cwd=dst, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    kill_when(_step_process(proc))
-    os.killpg(proc.pid, signal.SIGKILL)
+    step = _step_process(proc)
+    kill_when(step)
+    os.killpg(proc.pid, signal.SIGSTOP)
+    killed = _alive(step)
+    os.killpg(proc.pid, signal.SIGKILL if killed else signal.SIGCONT)
     proc.wait()
     _run(cmd, dst, env)
+    return killed
+
+
+def _alive(step) -> bool:
+    import psutil
+
+    try:
+        return step.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _sleep_while_running(step, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _alive(step):
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
@@ -159,7 +182,7 @@ def test_a_data_step_killed_at_a_random_moment_reruns_to_the_same_bytes(repo_cop
     stage = rng.choice(["ingest", "dedup", "decontaminate", "validate", "build", "export"])
     before = _stage_lock(dst, stage)
     seconds = json.loads((dst / "logs" / "timings.json").read_text())[stage]
-    _kill_and_rerun(dst, env, stage, lambda _: time.sleep(rng.uniform(1.0, 2.0 + seconds)))
+    _kill_and_rerun(dst, env, stage, lambda step: _sleep_while_running(step, rng.uniform(1.0, 2.0 + seconds)))
     assert _stage_lock(dst, stage) == before
     assert _leftovers(dst) == []
 
@@ -176,6 +199,6 @@ def test_a_data_step_killed_in_the_middle_of_a_write_leaves_nothing_behind(repo_
             assert step.is_running() and time.monotonic() < deadline, "the step wrote no temporary file"
             time.sleep(0.005)
 
-    _kill_and_rerun(dst, env, stage, first_write)
+    assert _kill_and_rerun(dst, env, stage, first_write), "the step ended before its first write was seen"
     assert _stage_lock(dst, stage) == before
     assert _leftovers(dst) == []
