@@ -18,19 +18,17 @@ passes run on an executor (:mod:`common.executor`: this process, or Ray Data).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from common.executor import Executor, LocalExecutor, ParquetBatches
-from common.io import Rejects, atomic_path, finish_step, write_parquet
+from common.io import Rejects, finish_step, write_parquet
 from common.text import row_text, text_hashes, user_text
-from corpora.schema import SCHEMAS
+from curation.kept import by_source_and_reason, write_kept
 from curation.minhash import cross_dedup, near_dedup
 
 if TYPE_CHECKING:
@@ -57,11 +55,6 @@ def exact_dedup(df: pl.DataFrame, kind: str, normalized: bool = True) -> tuple[p
     dupes = exact_duplicates(pl.DataFrame({"uuid": df["uuid"], "h": text_hashes(df, kind, normalized)}))
     return (df.join(dupes, on="uuid", how="anti", maintain_order="left"),
             df.join(dupes, on="uuid", how="inner", maintain_order="left"))
-
-
-def _stream(path: Path, rows: int) -> Iterator[pl.DataFrame]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
-        yield pl.from_arrow(batch)
 
 
 def key_batch(frame: pl.DataFrame, kind: str, normalized: bool) -> pl.DataFrame:
@@ -127,7 +120,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
     rejects, rows_in, rows_out = Rejects("dedup"), 0, 0
     for kind in KINDS:
         before = rejects.counts()
-        n_in, n_out = _write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, removed[kind], rejects, rows)
+        n_in, n_out = write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, removed[kind], rejects, rows)
         rows_in, rows_out = rows_in + n_in, rows_out + n_out
         by_source = by_source_and_reason(rejects.counts() - before)
         stats[kind].update(rows_out=n_out, duplicates_by_source=by_source)
@@ -149,29 +142,3 @@ def _rl_vs_sft(ex: Executor, src: Path, removed: dict[str, pl.DataFrame], cfg: M
 
 def _id_source(frame: pl.DataFrame, skip: pl.Series) -> pl.DataFrame:
     return frame.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", "source")
-
-
-def _write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, rejects: Rejects,
-                rows: int) -> tuple[int, int]:
-    """Stream ``path`` into ``dest`` without the ``removed`` rows, which go to ``rejects``."""
-    n_in = n_out = 0
-    schema = SCHEMAS[kind]
-    with atomic_path(dest) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-        for frame in _stream(path, rows):
-            n_in += len(frame)
-            gone = frame.join(removed, on="uuid", how="inner", maintain_order="left")
-            if len(gone):
-                rejects.extend_frame(gone)
-            kept = frame.join(removed, on="uuid", how="anti", maintain_order="left")
-            writer.write_table(kept.to_arrow().select(schema.names).cast(schema))
-            n_out += len(kept)
-    return n_in, n_out
-
-
-def by_source_and_reason(counts: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
-    """``{source: {category: rows}}`` from :meth:`common.io.Rejects.counts` (e.g. the rows one
-    table lost as ``exact_duplicate`` / ``near_duplicate``)."""
-    out: dict[str, dict[str, int]] = {}
-    for (source, category), n in sorted(counts.items()):
-        out.setdefault(source, {})[category] = n
-    return out

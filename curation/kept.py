@@ -1,0 +1,40 @@
+"""Writing what a filtering step keeps: the input streamed to its output without the removed rows, which go
+to the step's rejects with their reasons (dedup, quality, semdedup)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from common.io import Rejects, atomic_path
+from corpora.schema import SCHEMAS
+
+
+def write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, rejects: Rejects,
+                rows: int) -> tuple[int, int]:
+    """Stream ``path`` into ``dest`` without the ``removed`` rows, which go to ``rejects``."""
+    n_in = n_out = 0
+    schema = SCHEMAS[kind]
+    with atomic_path(dest) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
+            frame = pl.from_arrow(batch)
+            n_in += len(frame)
+            gone = frame.join(removed, on="uuid", how="inner", maintain_order="left")
+            if len(gone):
+                rejects.extend_frame(gone)
+            kept = frame.join(removed, on="uuid", how="anti", maintain_order="left")
+            writer.write_table(kept.to_arrow().select(schema.names).cast(schema))
+            n_out += len(kept)
+    return n_in, n_out
+
+
+def by_source_and_reason(counts: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """``{source: {category: rows}}`` from :meth:`common.io.Rejects.counts` (e.g. the rows one
+    table lost as ``exact_duplicate`` / ``near_duplicate``)."""
+    out: dict[str, dict[str, int]] = {}
+    for (source, category), n in sorted(counts.items()):
+        out.setdefault(source, {})[category] = n
+    return out
