@@ -121,6 +121,66 @@ class DedupParams(Block):
     near: NearParams = NearParams()
 
 
+class SemDedupParams(Block):
+    """``semdedup``: :mod:`curation.semdedup` (docs/semdedup.md for the measured precision and recall)."""
+
+    enabled: dict[str, bool] = {"sft": False, "rl": False}    # per table
+    dim: int = Field(256, ge=1)                                 # WordLlama width (the wheel ships 256)
+    max_tokens: int = Field(2048, ge=1)                         # tokens of a row embedded (its first)
+    threshold: float = Field(0.95, gt=0.0, le=1.0)              # cosine at or above which a row duplicates a kept one
+    same_numbers: bool = True                                   # the numbers guard (curation.semdedup.numbers_key)
+    rows_per_cluster: int = Field(1000, ge=1)                   # k = ceil(rows / rows_per_cluster) per group
+    clusters: int | None = Field(None, ge=1)                    # fixed k per group instead (1: exhaustive)
+    seed: int = 0
+    scope: Literal["within_domain", "across_domains"] = "within_domain"
+    exempt_sources: list[str] = []
+    batch_rows: int = Field(1000, ge=1)
+
+
+class LanguageParams(Block):
+    enabled: bool = True
+    keep: dict[str, list[str] | None] = {"sft": ["en"], "rl": ["en"]}   # per table; null or []: keep every language
+    min_score: float = Field(0.5, ge=0.0, le=1.0)
+    max_chars: int = Field(1000, ge=1)
+
+
+class RepetitionParams(Block):
+    enabled: bool = True
+    min_words: int = Field(50, ge=1)
+    thresholds: dict[str, float] = {}
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_stats(cls, v: dict[str, float]) -> dict[str, float]:
+        from curation.repetition import STATS
+
+        unknown = sorted(set(v) - set(STATS))
+        if unknown:
+            raise ValueError(f"unknown statistics {unknown} (known: {list(STATS)})")
+        return v
+
+
+class Switch(Block):
+    enabled: bool = True
+
+
+class LengthParams(Block):
+    enabled: bool = True
+    max_z: float = Field(5.0, gt=0.0)
+    min_rows: int = Field(100, ge=1)
+
+
+class QualityParams(Block):
+    """``quality``: :mod:`curation.quality` (docs/quality.md for the measured removals)."""
+
+    language: LanguageParams = LanguageParams()
+    empty: Switch = Switch()
+    cut_off: Switch = Switch()
+    repetition: RepetitionParams = RepetitionParams()
+    length: LengthParams = LengthParams()
+    batch_rows: int = Field(1000, ge=1)
+
+
 class DecontaminateParams(Block):
     """``params.yaml: decontaminate``: the word n-gram lengths indexed and matched, and the rule
     (:func:`curation.decontaminate.find_contamination_tables`) with ``min_coverage`` one share per n
@@ -245,6 +305,8 @@ class PipelineParams(Block):
     ingest: IngestParams = IngestParams()
     executor: ExecutorParams = ExecutorParams()
     dedup: DedupParams
+    quality: QualityParams = QualityParams()
+    semdedup: SemDedupParams = SemDedupParams()
     decontaminate: DecontaminateParams
     build: BuildParams
     sandbox: SandboxParams = SandboxParams()

@@ -33,7 +33,9 @@ from common.paths import (
     INGESTED,
     MINHASH,
     PACKED,
+    QUALITY,
     RELEASE,
+    SEMDEDUPED,
     SETS,
     SOURCES,
     SWE,
@@ -113,6 +115,27 @@ def step_dedup(params: PipelineParams) -> dict[str, Any]:
         return run_dedup(params.dedup, priority, src, DEDUPED, MINHASH, executor=ex)
 
 
+def step_quality(params: PipelineParams) -> dict[str, Any]:
+    """Language identification and the quality filters (repetition, cut-off, empty and length-outlier
+    answers) of the deduplicated rows (:mod:`curation.quality`)."""
+    from common.executor import open_executor
+    from curation.quality import run_quality
+
+    with open_executor(params.executor) as ex:
+        return run_quality(params.quality, DEDUPED, QUALITY, executor=ex, batch_rows=params.quality.batch_rows)
+
+
+def step_semdedup(params: PipelineParams) -> dict[str, Any]:
+    """Semantic dedup (SemDeDup on WordLlama embeddings, :mod:`curation.semdedup`) of the rows that passed
+    the quality filters, for the tables ``semdedup.enabled`` names."""
+    from common.executor import open_executor
+    from curation.semdedup import run_semdedup
+
+    priority = {spec.name: i for i, spec in enumerate(_registry(params))}
+    with open_executor(params.executor) as ex:
+        return run_semdedup(params.semdedup, priority, QUALITY, SEMDEDUPED, executor=ex)
+
+
 def step_decontam_index(params: PipelineParams) -> dict[str, Any]:
     """Build the hashed word n-gram index of every benchmark source (questions and reference solutions)."""
     from curation.ngram_index import build_index, write_index
@@ -134,7 +157,7 @@ def step_decontaminate(params: PipelineParams) -> dict[str, Any]:
     index = read_index(DECONTAM_INDEX, p.ngrams)
     with open_executor(params.executor) as ex:
         dirty, matches, stats, counts = decontaminate_files(
-            ex, {k: DEDUPED / f"{k}.parquet" for k in KINDS}, {k: DECONTAMINATED / f"{k}.parquet" for k in KINDS},
+            ex, {k: SEMDEDUPED / f"{k}.parquet" for k in KINDS}, {k: DECONTAMINATED / f"{k}.parquet" for k in KINDS},
             index, p)
     rejects = Rejects("decontaminate")
     for kind in KINDS:
@@ -390,6 +413,7 @@ def step_swe_tasks(params: PipelineParams) -> dict[str, Any]:
 
 STEPS = {
     "fetch": step_fetch, "asset": step_asset, "ingest": step_ingest, "dedup": step_dedup,
+    "quality": step_quality, "semdedup": step_semdedup,
     "decontam_index": step_decontam_index, "decontaminate": step_decontaminate,
     "validate": step_validate, "build": step_build,
     "export": step_export, "difficulty": step_difficulty, "synthesize": step_synthesize, "tokenize": step_tokenize,
@@ -400,11 +424,13 @@ STEPS = {
 # the step replaces whole (swe_tasks' data/swe; the stage is never restored from DVC's run cache, its
 # persistent uncached cache directory keeps it out): temporaries beside their targets.
 SCRATCH_HOMES: dict[str, Path | None] = {
-    "fetch": SOURCES, "asset": ASSETS, "ingest": INGESTED, "dedup": DEDUPED, "decontam_index": DECONTAM_INDEX,
+    "fetch": SOURCES, "asset": ASSETS, "ingest": INGESTED, "dedup": DEDUPED, "quality": QUALITY,
+    "semdedup": SEMDEDUPED, "decontam_index": DECONTAM_INDEX,
     "decontaminate": DECONTAMINATED, "validate": VALIDATED, "build": SETS, "export": RELEASE, "difficulty": FILTERED,
     "synthesize": SYNTHESIZED, "tokenize": TOKENIZED, "pack": PACKED, "swe_tasks": None,
 }
-ORDER = ["ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "difficulty", "export", "tokenize", "pack"]
+ORDER = ["ingest", "synthesize", "dedup", "quality", "semdedup", "decontaminate", "validate", "build", "difficulty",
+         "export", "tokenize", "pack"]
 TIMINGS = Path("logs/timings.json")
 
 

@@ -26,7 +26,7 @@ from tests.nvidia_fixtures import FX, RESPONSES, ROOT
 
 BENCHMARKS = ("ifeval", "humaneval")
 BOUNDS = (0.3, 0.7)  # difficulty.min / max: strict, min < pass_rate < max
-STEPS = ("ingest", "dedup", "decontam_index", "decontaminate", "validate", "build", "difficulty")
+STEPS = ("ingest", "dedup", "quality", "semdedup", "decontam_index", "decontaminate", "validate", "build", "difficulty")
 SETS = ["stem_mcqa", "instruction_following", "tool_calling", "structured_output", "math"]  # params' own list
 
 # upstream uuids (the fixtures' `uuid`) that leave before difficulty, and why
@@ -96,7 +96,7 @@ def _fixture_rows() -> dict[str, dict]:
 
 def test_ingest_dedup_and_decontamination_on_the_release_rows(pipeline_dir):
     work, m = pipeline_dir
-    for step in ("ingest", "dedup", "decontaminate", "validate", "build", "difficulty"):
+    for step in ("ingest", "dedup", "quality", "semdedup", "decontaminate", "validate", "build", "difficulty"):
         assert m[step]["rows_in"] == m[step]["rows_out"] + m[step]["rows_rejected"], step
     per_source = m["ingest"]["per_source"]
     assert {s: per_source[s]["rows_out"] for s in per_source if s.startswith("cascade2_rl")} == {

@@ -57,7 +57,7 @@ def repo_copy(tmp_path_factory, qwen3_tokenizer_dir):
 
 def test_repro_writes_every_step_with_balanced_counts(repo_copy):
     dst, _ = repo_copy
-    for step in ("ingest", "synthesize", "dedup", "decontaminate", "validate", "build", "export"):
+    for step in ("ingest", "synthesize", "dedup", "quality", "semdedup", "decontaminate", "validate", "build", "export"):
         m = json.loads((dst / "metrics" / f"{step}.json").read_text())
         assert m["rows_in"] == m["rows_out"] + m["rows_rejected"], step
         assert pq.read_table(dst / "rejects" / f"{step}.parquet").num_rows == m["rows_rejected"]
@@ -103,7 +103,8 @@ def test_second_repro_is_a_noop_and_metrics_show_lists_steps(repo_copy):
     assert time.perf_counter() - t0 < 30
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], dst, env)
     files = json.loads(shown)[""]["data"]
-    assert {Path(f).stem for f in files} >= {"ingest", "dedup", "decontaminate", "validate", "build", "export"}
+    assert {Path(f).stem for f in files} >= {"ingest", "dedup", "quality", "semdedup", "decontaminate", "validate", "build",
+                                             "export"}
 
 
 def _stage_lock(dst: Path, stage: str) -> dict:
@@ -179,7 +180,7 @@ def test_a_data_step_killed_at_a_random_moment_reruns_to_the_same_bytes(repo_cop
 
     dst, env = repo_copy
     rng = random.Random(seed)
-    stage = rng.choice(["ingest", "dedup", "decontaminate", "validate", "build", "export"])
+    stage = rng.choice(["ingest", "dedup", "quality", "semdedup", "decontaminate", "validate", "build", "export"])
     before = _stage_lock(dst, stage)
     seconds = json.loads((dst / "logs" / "timings.json").read_text())[stage]
     _kill_and_rerun(dst, env, stage, lambda step: _sleep_while_running(step, rng.uniform(1.0, 2.0 + seconds)))

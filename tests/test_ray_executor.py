@@ -1,6 +1,6 @@
 """The ``ray`` executor gives the same bytes as ``local``: ingest, dedup (exact, MinHash near-dedup,
-RL vs SFT), decontamination, build, tokenize and export on real rows of a reduced source set, on one
-module-scoped local Ray."""
+RL vs SFT), quality filters, semantic dedup, decontamination, build, tokenize and export on real rows of a
+reduced source set, on one module-scoped local Ray."""
 
 import contextlib
 import hashlib
@@ -32,6 +32,9 @@ OUTPUTS = ["data/ingested/sft.parquet", "data/ingested/rl.parquet", "data/ingest
            "rejects/ingest.parquet", "metrics/ingest.json",
            "data/dedup/sft.parquet", "data/dedup/rl.parquet", "data/minhash/sft.parquet", "data/minhash/rl.parquet",
            "rejects/dedup.parquet", "metrics/dedup.json",
+           "data/quality/sft.parquet", "data/quality/rl.parquet", "data/quality/language.parquet",
+           "rejects/quality.parquet", "metrics/quality.json",
+           "data/semdedup/sft.parquet", "data/semdedup/rl.parquet", "rejects/semdedup.parquet", "metrics/semdedup.json",
            "data/decontaminated/sft.parquet", "data/decontaminated/rl.parquet", "rejects/decontaminate.parquet",
            "metrics/decontaminate.json", "metrics/decontamination.json",
            *[f"{d}/{s}.{e}" for s in ("build", "tokenize", "export") for d, e in (("rejects", "parquet"),
@@ -53,6 +56,7 @@ def _params(kind: str, only: list[str] | None = REDUCED, tokenizer: Path | None 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["sources"]["only"] = only
     params["dedup"]["near"]["rl_vs_sft"] = True  # also run the cross pass on both executors
+    params["semdedup"]["enabled"] = {"sft": True, "rl": True}  # embeddings mapped on both executors
     if only == REDUCED:  # a few hundred SFT rows to tokenize; a mix of the two RL domains there are
         params["build"]["sft_max_rows_per_source"] = {"math_solutions": 200, "mbpp_solutions": 200}
         params["build"]["mixes"] = {"reduced": {"total": 300, "weights": {"math": 0.6, "code": 0.4}}}
@@ -76,7 +80,8 @@ def _run_both(root: Path, sources: Path, only: list[str] | None, tokenizer: Path
             params = _params(kind, only, tokenizer)
             run_ingest(load_registry(REPO / "corpora/sources.yaml", only), sources, Path("data/ingested"),
                        executor=LocalExecutor() if kind == "local" else RayExecutor(params.executor))
-            for step in ("decontam_index", "dedup", "decontaminate", "build", "tokenize", "export"):
+            for step in ("decontam_index", "dedup", "quality", "semdedup", "decontaminate", "build", "tokenize",
+                         "export"):
                 run_step(step, params)
         out[kind] = run
     return out
@@ -116,6 +121,8 @@ def test_the_compared_run_removed_real_duplicates_and_contamination(runs):
     assert dedup["per_table"]["rl"]["exact_duplicates"] > 0  # MATH test repeats a few problems verbatim
     assert dedup["per_table"]["sft"]["near"]["verified_edges"] > 0
     assert dedup["rejected_by_reason"]["near_duplicate"] > 0
+    sem = json.loads((runs["ray"] / "metrics/semdedup.json").read_text())
+    assert sem["rejected_by_reason"]["semantic_duplicate"] > 0
     decon = json.loads((runs["ray"] / "metrics/decontaminate.json").read_text())
     # every MATH-500 problem is in the MATH test split: the copies left after dedup are caught in the RL table on
     # Ray as locally (482); the rule before #21 also removed 15 other MATH problems that share only a stock phrase
