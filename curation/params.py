@@ -145,7 +145,7 @@ class LanguageParams(Block):
 
 
 class RepetitionParams(Block):
-    enabled: bool = True
+    enabled: bool = False
     min_words: int = Field(50, ge=1)
     thresholds: dict[str, float] = {}
 
@@ -165,7 +165,7 @@ class Switch(Block):
 
 
 class LengthParams(Block):
-    enabled: bool = True
+    enabled: bool = False
     max_z: float = Field(5.0, gt=0.0)
     min_rows: int = Field(100, ge=1)
 
@@ -175,7 +175,7 @@ class QualityParams(Block):
 
     language: LanguageParams = LanguageParams()
     empty: Switch = Switch()
-    cut_off: Switch = Switch()
+    cut_off: Switch = Switch(enabled=False)
     repetition: RepetitionParams = RepetitionParams()
     length: LengthParams = LengthParams()
     batch_rows: int = Field(1000, ge=1)

@@ -10,8 +10,9 @@ from curation.quality import detect_language, length_outliers, quality_batch, ru
 from curation.repetition import repetition_stats
 from tests.rows import rl_table, sft_table
 
-LOOSE = QualityParams(repetition={"thresholds": {"top_2gram_char_frac": 0.3, "dup_10gram_char_frac": 0.5},
-                                  "min_words": 10})
+LOOSE = QualityParams(repetition={"enabled": True, "min_words": 10,
+                                  "thresholds": {"top_2gram_char_frac": 0.3, "dup_10gram_char_frac": 0.5}},
+                      cut_off={"enabled": True}, length={"enabled": True})
 
 
 def test_gopher_statistics_equal_hand_counts():
@@ -74,6 +75,7 @@ def test_language_is_identified_and_only_a_confident_other_language_is_rejected(
     assert row["language"] == "es" and row["language_score"] > 0.5
     assert row["reason"].startswith("language: es (")
     keep_all = QualityParams(language={"keep": {"rl": None}})
+    assert not QualityParams().cut_off.enabled and not QualityParams().repetition.enabled  # measured: off
     assert quality_batch(spanish, "rl", keep_all)["reason"][0] is None
     unsure = QualityParams(language={"min_score": 1.0})
     assert quality_batch(spanish, "rl", unsure)["reason"][0] is None
