@@ -13,7 +13,6 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import polars as pl
 
 
 @cache
@@ -62,10 +61,3 @@ def embed_texts(texts: list[str], dim: int = 256, max_tokens: int = 2048) -> np.
     norms = np.linalg.norm(pooled, axis=1, keepdims=True)
     return np.divide(pooled, norms, out=np.zeros_like(pooled), where=norms > 0)
 
-
-def embed_batch(frame: pl.DataFrame, dim: int, max_tokens: int) -> pl.DataFrame:
-    """Map of the embedding pass: ``uuid`` and ``embedding`` (``Array(Float32, dim)``) of a frame with
-    ``uuid`` and ``text``."""
-    vectors = embed_texts(frame["text"].to_list(), dim, max_tokens)
-    return pl.DataFrame({"uuid": frame["uuid"],
-                         "embedding": pl.Series(vectors, dtype=pl.Array(pl.Float32, dim))})

@@ -122,7 +122,7 @@ def step_quality(params: PipelineParams) -> dict[str, Any]:
     from curation.quality import run_quality
 
     with open_executor(params.executor) as ex:
-        return run_quality(params.quality, DEDUPED, QUALITY, executor=ex, batch_rows=params.quality.batch_rows)
+        return run_quality(params.quality, DEDUPED, QUALITY, executor=ex)
 
 
 def step_semdedup(params: PipelineParams) -> dict[str, Any]:

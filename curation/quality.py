@@ -91,9 +91,8 @@ def quality_batch(frame: pl.DataFrame, kind: str, p: QualityParams) -> pl.DataFr
     characters of the assistant turns; RL: 0) and ``reason`` (null when the row passes the per-row filters)."""
     keep = set(p.language.keep.get(kind) or [])
     out: dict[str, list[Any]] = {k: [] for k in RESULT}
-    for uuid, domain, messages in zip(frame["uuid"], frame["domain"], frame.select(messages_column(kind))
-                                      .to_series(), strict=True):
-        turns = messages.to_list() if isinstance(messages, pl.Series) else messages
+    conversations = frame.select(messages_column(kind)).to_series().to_list()
+    for uuid, domain, turns in zip(frame["uuid"], frame["domain"], conversations, strict=True):
         prose = "\n".join((m["content"] or "") for m in turns if kind == "sft" or m["role"] == "user")
         code, score = detect_language(prose, p.language.max_chars)
         reason = _sft_reason(turns, p) if kind == "sft" else None
@@ -121,7 +120,7 @@ def length_outliers(rows: pl.DataFrame, max_z: float, min_rows: int) -> pl.DataF
 
 
 def run_quality(p: QualityParams, src: Path, out: Path, root: Path = Path("."),
-                executor: Executor | None = None, batch_rows: int = 1000) -> dict[str, Any]:
+                executor: Executor | None = None) -> dict[str, Any]:
     """The step over ``src/{sft,rl}.parquet``: writes ``out/{kind}.parquet`` (the kept rows, input order),
     ``out/language.parquet`` (``table``, ``uuid``, ``language``, ``language_score`` of every input row),
     ``metrics/quality.json`` (per table and filter: rows removed; languages seen) and ``rejects/quality.parquet``."""
@@ -130,7 +129,7 @@ def run_quality(p: QualityParams, src: Path, out: Path, root: Path = Path("."),
     ex = executor or LocalExecutor()
     rejects, stats, languages, rows_in, rows_out = Rejects("quality"), {}, [], 0, 0
     for kind in KINDS:
-        rows = gather(ex, src / f"{kind}.parquet", quality_batch, batch_rows, {"kind": kind, "p": p},
+        rows = gather(ex, src / f"{kind}.parquet", quality_batch, p.batch_rows, {"kind": kind, "p": p},
                       pl.DataFrame(schema=RESULT))
         languages.append(rows.select(pl.lit(kind).alias("table"), "uuid", "language", "language_score"))
         removed = rows.filter(pl.col("reason").is_not_null()).select("uuid", "reason")
@@ -138,7 +137,7 @@ def run_quality(p: QualityParams, src: Path, out: Path, root: Path = Path("."),
             passed = rows.filter(pl.col("reason").is_null())
             removed = pl.concat([removed, length_outliers(passed, p.length.max_z, p.length.min_rows)])
         before = rejects.counts()
-        n_in, n_out = write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, removed, rejects, batch_rows)
+        n_in, n_out = write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, removed, rejects, p.batch_rows)
         rows_in, rows_out = rows_in + n_in, rows_out + n_out
         top = rows.group_by("language").len().sort(["len", "language"], descending=[True, False]).head(10)
         stats[kind] = {"rows_in": n_in, "rows_out": n_out,

@@ -74,8 +74,8 @@ def _plus_plus(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _assign(x: np.ndarray, centroids: np.ndarray, block: int = 65_536) -> np.ndarray:
-    return np.concatenate([np.argmax(x[i:i + block] @ centroids.T, axis=1) for i in range(0, len(x), block)]
-                          or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+    return np.concatenate([np.argmax(x[i:i + block] @ centroids.T, axis=1)
+                           for i in range(0, len(x), block)]).astype(np.int64)
 
 
 def greedy_duplicates(x: np.ndarray, threshold: float, key: np.ndarray | None = None,
@@ -131,20 +131,16 @@ def semantic_duplicates(meta: pl.DataFrame, x: np.ndarray, threshold: float, row
     order = (meta.with_row_index("i").with_columns(pl.Series("cluster", labels))
              .sort("cluster", "priority", pl.col("length"), "uuid", descending=[False, False, True, False]))
     uuids = meta["uuid"].to_numpy()
-    out_uuid, out_of, out_cos, largest = [], [], [], 0
+    parts, largest = [pl.DataFrame(schema={"uuid": pl.Utf8, "of": pl.Utf8, "cos": pl.Float32})], 0
     for _, part in order.group_by("cluster", maintain_order=True):
         idx = part["i"].to_numpy()
         largest = max(largest, len(idx))
         key = part["key"].to_numpy().view(np.int64) if "key" in part.columns else None
         of, cos = greedy_duplicates(x[idx], threshold, key, block_rows)
         gone = of >= 0
-        out_uuid.append(uuids[idx[gone]])
-        out_of.append(uuids[idx[of[gone]]])
-        out_cos.append(cos[gone])
-    removed = pl.DataFrame({"uuid": np.concatenate(out_uuid) if out_uuid else np.zeros(0, dtype=object),
-                            "of": np.concatenate(out_of) if out_of else np.zeros(0, dtype=object),
-                            "cos": np.concatenate(out_cos) if out_cos else np.zeros(0, dtype=np.float32)},
-                           schema={"uuid": pl.Utf8, "of": pl.Utf8, "cos": pl.Float32})
+        parts.append(pl.DataFrame({"uuid": uuids[idx[gone]], "of": uuids[idx[of[gone]]], "cos": cos[gone]},
+                                  schema=parts[0].schema))
+    removed = pl.concat(parts)
     removed = removed.with_columns(
         pl.format("semantic_duplicate: of {} cos={}", "of", pl.col("cos").round(3)).alias("reason"))
     return removed, {"rows": n, "clusters": int(labels.max()) + 1 if n else 0, "largest_cluster": largest,
@@ -155,12 +151,13 @@ def embed_rows(frame: pl.DataFrame, kind: str, dim: int, max_tokens: int) -> pl.
     """Map of the step: per row ``uuid``, ``source``, ``domain``, ``length`` (characters of its row text,
     :func:`common.text.row_text`), ``key`` (:func:`numbers_key`) and ``embedding`` (:mod:`curation.embed`)."""
     from common.text import row_text
-    from curation.embed import embed_batch
+    from curation.embed import embed_texts
 
     text = frame.select("uuid", "source", "domain", row_text(kind).fill_null("").alias("text"))
     meta = text.select("uuid", "source", "domain", pl.col("text").str.len_chars().cast(pl.Int64).alias("length"),
                        numbers_key(pl.col("text")).alias("key"))
-    return meta.with_columns(embed_batch(text.select("uuid", "text"), dim, max_tokens)["embedding"])
+    vectors = embed_texts(text["text"].to_list(), dim, max_tokens)
+    return meta.with_columns(pl.Series("embedding", vectors, dtype=pl.Array(pl.Float32, dim)))
 
 
 def run_semdedup(p: SemDedupParams, priority: dict[str, int], src: str | Path, out: str | Path,
