@@ -278,21 +278,113 @@ def check_alarms(removed: pl.DataFrame, meta: pl.DataFrame, snippets: dict[str, 
     return out
 
 
+class UnionFind:
+    """Disjoint sets over ``n`` items (int64 parent array, union by smaller root); vectorized finds."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = np.arange(n, dtype=np.int64)
+
+    def roots(self, x: np.ndarray) -> np.ndarray:
+        """Root of each item of ``x`` (int64), compressing the paths it walks."""
+        r = self.parent[x]
+        while True:
+            up = self.parent[r]
+            if (up == r).all():
+                self.parent[x] = r
+                return r
+            r = up
+
+    def union(self, a: int, bs: np.ndarray) -> None:
+        """Join item ``a`` with every item of ``bs`` (the smallest root becomes the set's root)."""
+        r = np.unique(self.roots(np.append(bs, a)))
+        self.parent[r] = r[0]
+
+
+def lsh_buckets(sig: Signatures, groups: np.ndarray) -> pl.DataFrame:
+    """Band collisions: one row per bucket of >= 2 rows of one group with equal keys in one band,
+    ``members`` (list[i64], ascending row indices), in (band, first member) order. Rows with no
+    shingle are in none. Memory: rows x bands keys, not pairs."""
+    bands, rows = sig.settings["bands"], sig.settings["rows"]
+    empty = (sig.values == np.iinfo(np.uint32).max).all(axis=1)
+    idx = np.flatnonzero(~empty)
+    mult = fmix64(np.arange(1, rows + 1, dtype=np.uint64))
+    frames = []
+    for band in range(bands):
+        key = fmix64((sig.values[idx, band * rows:(band + 1) * rows].astype(np.uint64) * mult).sum(axis=1)
+                     + np.uint64(band))
+        f = pl.DataFrame({"g": groups[idx], "k": key, "i": idx}).filter(pl.len().over("g", "k") > 1)
+        frames.append(f.group_by("g", "k").agg(pl.col("i").sort().alias("members"))
+                      .select(pl.lit(band, pl.Int32).alias("band"), "members"))
+    return (pl.concat(frames).with_columns(pl.col("members").list.first().alias("first"))
+            .sort("band", "first").select("members"))
+
+
+def jaccard_many(a: np.ndarray, others: list[np.ndarray]) -> np.ndarray:
+    """Exact Jaccard (float64 ``[len(others)]``) of the sorted unique uint64 set ``a`` with each of
+    ``others`` in one vectorized pass (0 where both are empty)."""
+    sizes = np.fromiter((len(o) for o in others), np.int64, len(others))
+    if not len(others):
+        return np.zeros(0)
+    x = np.concatenate(others)
+    pos = np.minimum(np.searchsorted(a, x), max(len(a) - 1, 0))
+    hit = (a[pos] == x) if len(a) else np.zeros(len(x), bool)
+    inter = np.bincount(np.repeat(np.arange(len(others)), sizes), weights=hit, minlength=len(others))
+    union = len(a) + sizes - inter
+    return np.divide(inter, union, out=np.zeros(len(others)), where=union > 0)
+
+
+def resolve_bucket(members: np.ndarray, sets: list[np.ndarray], uf: UnionFind, threshold: float,
+                   rejected: set[tuple[int, int]]) -> tuple[int, int]:
+    """Join the rows of one LSH bucket whose exact Jaccard is >= ``threshold``, verifying only the
+    pairs not already in one set: each member in turn against the later members of other sets,
+    until all are one set. The sets left equal the connected components of the bucket's verified
+    pairs (a skipped pair joins nothing new), in O(members) checks when they are near-copies.
+    ``sets[k]`` is the shingle set of ``members[k]``; ``rejected`` caches pairs below the threshold
+    (a pair shares several bands). Returns (pairs verified, pairs joined)."""
+    verified = joined = 0
+    ids = members.tolist()
+    for t in range(len(members) - 1):
+        r = uf.roots(members)
+        if (r == r[0]).all():
+            break
+        later = np.flatnonzero(r[t + 1:] != r[t]) + t + 1
+        later = np.array([k for k in later.tolist() if (ids[t], ids[k]) not in rejected], np.int64)
+        if not len(later):
+            continue
+        js = jaccard_many(sets[t], [sets[k] for k in later])
+        verified += len(later)
+        ok = js >= threshold
+        rejected.update((ids[t], ids[k]) for k in later[~ok].tolist())
+        if ok.any():
+            uf.union(members[t], members[later[ok]])
+            joined += int(ok.sum())
+    return verified, joined
+
+
 def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: AlarmParams,
-               label: str = "rows") -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
+               label: str = "rows", verify_rows: int = 200_000) -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
     """Near-duplicates of the texts streamed by ``batches``.
 
+    Candidates are resolved per candidate cluster (rows joined by any band collision, or by the
+    short-text md5), never as a list of pairs: a union-find over the verified pairs of each LSH
+    bucket (:func:`resolve_bucket`, exact Jaccard vectorized by :func:`jaccard_many`). The clusters
+    are the connected components of the verified candidate pairs, exactly. Shingle sets are held for
+    at most ``verify_rows`` rows at a time (one streamed pass over ``batches`` per such chunk of
+    candidate clusters; a larger cluster is one chunk), so memory does not grow with the corpus.
+
     Args:
-        batches: re-iterable stream of frames with ``uuid`` and ``text``, read twice.
+        batches: re-iterable stream of frames with ``uuid`` and ``text``, read once plus once per chunk.
         meta: one row per streamed text, same order: ``uuid``, ``source``, ``group`` (the
             scope: texts of different groups are never compared), ``priority`` (int,
             lower survives; then the longer text, then the smaller uuid).
         alarms: :class:`AlarmParams`.
+        verify_rows: rows whose shingle sets are held at once (``dedup.near.verify_rows``).
 
     Returns:
         (removed, signatures, stats): ``removed`` has ``uuid``, ``source`` and ``reason``
-        (``near_duplicate: of <survivor> J=<exact Jaccard to it>``); ``stats`` counts
-        candidates, verified edges, clusters and removals.
+        (``near_duplicate: of <survivor> J=<exact Jaccard to it>``); ``stats`` counts LSH buckets,
+        candidate clusters, verified pairs (Jaccard computed), joining pairs (verified >= threshold
+        between two sets), clusters and removals.
 
     Raises:
         DedupAlarm: an alarm fired and ``on_alarm`` is ``fail``.
@@ -300,29 +392,63 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), desc=f"minhash {label}")
     if sig.uuids != meta["uuid"].to_list():
         raise ValueError(f"{label}: batches and meta list different rows")
+    n = len(meta)
     meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
     groups = meta["group"].cast(pl.Utf8).to_numpy()
-    pairs = lsh_candidates(sig, groups)
+    buckets = lsh_buckets(sig, groups)
     short = exact_edges(short_keys, groups)
-    wanted = {sig.uuids[i] for i in np.unique(np.concatenate([pairs.ravel(), short.ravel()]))}
-    sets, snippets = shingle_sets(batches, cfg, wanted)
-    checked = verify(pairs, sig.uuids, sets, cfg.threshold)
-    edges = np.concatenate([checked.filter("edge").select("i", "j").to_numpy().reshape(-1, 2), short])
-    m = survivors(meta, components(len(meta), edges))
+    first = buckets["members"].list.first().to_numpy()
+    star = buckets.select(pl.col("members").list.first().alias("a"), pl.col("members").list.slice(1).alias("b")
+                          ).explode("b").select("a", "b").to_numpy().reshape(-1, 2)
+    candidate = components(n, np.concatenate([star, short]).astype(np.int64))
+    uf = UnionFind(n)
+    for a, b in short:
+        uf.union(int(a), np.array([b]))
+    counts = np.bincount(candidate, minlength=n)
+    order = np.argsort(candidate[first], kind="stable")  # buckets by candidate cluster
+    bucket_cluster = candidate[first][order]
+    clusters = np.flatnonzero(counts > 1)
+    chunk_of = np.full(n, -1, np.int64)
+    chunk_of[clusters] = np.cumsum(counts[clusters]) // max(verify_rows, 1)
+    members_all = buckets["members"].to_list()
+    rejected: set[tuple[int, int]] = set()
+    verified = joined = 0
+    js: dict[str, float] = {}
+    snippets: dict[str, str] = {}
+    rows_of = chunk_of[candidate]
+    for chunk in np.unique(chunk_of[clusters]):
+        rows = np.flatnonzero(rows_of == chunk)
+        sets_u, snips = shingle_sets(batches, cfg, {sig.uuids[i] for i in rows})
+        sets = {i: sets_u.get(sig.uuids[i], np.zeros(0, np.uint64)) for i in rows}
+        lo, hi = np.searchsorted(chunk_of[bucket_cluster], [chunk, chunk + 1])
+        for b in order[lo:hi]:
+            m = np.asarray(members_all[b], np.int64)
+            v, j = resolve_bucket(m, [sets[i] for i in m], uf, cfg.threshold, rejected)
+            verified, joined = verified + v, joined + j
+        part = survivors(meta[rows], uf.roots(rows))
+        size = part.group_by("cluster").len()
+        big = set(size.filter(pl.col("len") > alarms.max_cluster_size)["cluster"].to_list())
+        index = dict(zip(meta["uuid"][rows].to_list(), rows.tolist(), strict=True))
+        for u, s in part.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows():
+            a, b = sets[index[u]], sets[index[s]]
+            js[u] = 1.0 if len(a) == 0 else jaccard(a, b)
+        for u, c in part.select("uuid", "cluster").iter_rows():
+            if c in big:
+                snippets[u] = snips.get(u, "")
+    m = survivors(meta, uf.roots(np.arange(n)))
     dup = m.filter(pl.col("uuid") != pl.col("survivor"))
-    js = [1.0 if len(sets.get(u, ())) == 0 else jaccard(sets[u], sets[s])
-          for u, s in zip(dup["uuid"], dup["survivor"], strict=True)]
-    removed = (dup.with_columns(pl.Series("j", js, dtype=pl.Float64).round(2))
+    removed = (dup.with_columns(pl.Series("j", [js[u] for u in dup["uuid"]], dtype=pl.Float64).round(2))
                .with_columns(pl.format("near_duplicate: of {} J={}", "survivor", "j").alias("reason"))
                .select("uuid", "source", "reason"))
     fired = check_alarms(removed, m, snippets, alarms, label)
     n_clusters = m["cluster"].n_unique()
-    stats = {"settings": cfg.settings(), "rows": len(meta), "candidate_pairs": len(pairs),
-             "verified_edges": int(checked["edge"].sum()), "rejected_candidates": int((~checked["edge"]).sum()),
-             "short_text_edges": len(short), "clusters": n_clusters, "removed": len(removed),
+    stats = {"settings": cfg.settings(), "rows": n, "lsh_buckets": len(buckets),
+             "candidate_clusters": len(clusters), "largest_candidate_cluster": int(counts.max(initial=0)),
+             "verified_pairs": verified, "joining_pairs": joined, "short_text_edges": len(short),
+             "clusters": n_clusters, "removed": len(removed),
              "largest_cluster": int(m.group_by("cluster").len()["len"].max() or 0), "alarms": fired}
-    if len(removed) != len(meta) - n_clusters:
-        raise AssertionError(f"{label}: removed {len(removed)} != rows {len(meta)} - clusters {n_clusters}")
+    if len(removed) != n - n_clusters:
+        raise AssertionError(f"{label}: removed {len(removed)} != rows {n} - clusters {n_clusters}")
     return removed, sig, stats
 
 

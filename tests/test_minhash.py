@@ -214,3 +214,55 @@ def test_exempt_sources_get_exact_dedup_only(tmp_path):
     params = DedupParams(normalize=True, near=NearParams(exempt_sources=["gen"], alarms=NO_ALARM))
     m = run_dedup(params, {}, src, tmp_path / "out", tmp_path / "sig", root=tmp_path)
     assert m["rejected_by_reason"] == {"exact_duplicate": 1}
+
+
+def _reference_removals(texts, cfg, groups):
+    """The all-pairs resolution near-dedup replaced: every LSH candidate pair verified, components."""
+    from curation.minhash import compute_signatures, exact_edges, lsh_candidates, shingle_sets, survivors
+
+    frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
+    sig, short_keys, lengths = compute_signatures(lambda: [frame], cfg)
+    g = np.asarray(groups, dtype=object).astype(str)
+    pairs = lsh_candidates(sig, g)
+    sets, _ = shingle_sets(lambda: [frame], cfg, set(frame["uuid"]))
+    edges = np.concatenate([verify(pairs, sig.uuids, sets, cfg.threshold).filter("edge").select("i", "j")
+                            .to_numpy().reshape(-1, 2), exact_edges(short_keys, g)])
+    meta = frame.select("uuid", pl.lit(0).alias("priority"), pl.Series("length", lengths))
+    m = survivors(meta, components(len(texts), edges))
+    return dict(m.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows())
+
+
+@pytest.mark.parametrize("verify_rows", [1, 7, 200_000])
+def test_clustered_resolution_equals_all_pairs_verification_in_any_chunking(verify_rows):
+    # near-copy families, chains whose ends are below the threshold, a band-sharing pair below it,
+    # short texts, two groups: the union-find over buckets gives the all-pairs components exactly
+    texts, groups = [], []
+    for fam in range(6):
+        base = _text(100 + fam, 200)
+        for k in range(5 + fam):
+            texts.append(_edit(base, k % 4 + (fam % 2) * 3, 1000 * fam + k))
+            groups.append("a" if fam < 4 else "b")
+    chain = [_text(900, 200)]
+    for k in range(4):
+        chain.append(_edit(chain[-1], 3, 50 + k))
+    texts += chain + ["too short", "too  short", _text(7)]
+    groups += ["a"] * (len(chain) + 3)
+    cfg = MinHashConfig(threshold=0.8)
+    want = _reference_removals(texts, cfg, groups)
+    frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
+    meta = frame.select("uuid", pl.lit("s").alias("source"), pl.Series("group", groups), pl.lit(0).alias("priority"))
+    removed, _, stats = near_dedup(lambda: [frame], meta, cfg, NO_ALARM, verify_rows=verify_rows)
+    got = {u: r.split()[2] for u, r in removed.select("uuid", "reason").iter_rows()}
+    assert got == want and len(want) > 20
+    assert stats["verified_pairs"] < len(texts) * 3
+
+
+def test_verified_pairs_grow_linearly_with_a_cluster_of_near_copies():
+    base = _text(5, 200)
+    counts = {}
+    for k in (10, 40):
+        texts = [_edit(base, 2, i) for i in range(k)]
+        removed, _, stats = _run(texts)
+        assert len(removed) == k - 1
+        counts[k] = stats["verified_pairs"]
+    assert counts[10] < 2 * 10 and counts[40] < 2 * 40  # about one check per copy, not k(k-1)/2 (45, 780)
