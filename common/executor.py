@@ -72,10 +72,64 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], workers: int) ->
             yield fut.result()
 
 
+_WORK: Callable[[Any], Any] | None = None  # a worker process's map, set once by _start_worker
+
+
+def _start_worker(payload: bytes) -> None:
+    global _WORK
+    import cloudpickle
+
+    _WORK = cloudpickle.loads(payload)
+
+
+def _run_work(item: Any) -> Any:
+    return _WORK(item)  # type: ignore[misc]
+
+
+def process_map(fn: Callable[[Any], Any], items: Iterator[Any], processes: int) -> Iterator[Any]:
+    """``map(fn, items)`` on ``processes`` worker processes, in order, with at most 2*processes items
+    in flight. ``fn`` (with what it binds: a step's shared index or settings) is sent to each worker
+    once (cloudpickle, so closures work); items and results are pickled. Workers fork from a clean
+    ``forkserver`` process with polars, numpy and pyarrow imported, not from this threaded one."""
+    import multiprocessing as mp
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    import cloudpickle
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["polars", "numpy", "pyarrow", "pyarrow.parquet"])
+    with ProcessPoolExecutor(processes, mp_context=ctx, initializer=_start_worker,
+                             initargs=(cloudpickle.dumps(fn),)) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(pool.submit(_run_work, item))
+            if len(pending) >= 2 * processes:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else ``os.cpu_count()``)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class LocalExecutor:
-    """In-process executor: parquet batches of ``batch_rows`` rows, ``workers`` threads."""
+    """This machine's executor: parquet batches of ``batch_rows`` rows mapped in this process
+    (``processes`` 1: on the call's ``workers`` threads) or on ``processes`` worker processes
+    (:func:`process_map`: the maps are Python and polars code, so threads would share one core
+    under the GIL). Results come in row order either way, so outputs do not depend on it."""
 
     kind = "local"
+
+    def __init__(self, processes: int = 1) -> None:
+        self.processes = processes
 
     def map_parquet(self, path: str | Path, fn: BatchFn, batch_rows: int, shared: dict[str, Any] | None = None,
                     workers: int = 1, row_index: bool = False) -> Iterator[pl.DataFrame]:
@@ -84,7 +138,10 @@ class LocalExecutor:
             raise FileNotFoundError(f"missing input {path}: run the step that writes it first (dvc repro)")
         frames = (indexed_batches(path, batch_rows) if row_index else
                   (pl.from_arrow(b) for b in pq.ParquetFile(path).iter_batches(batch_size=batch_rows)))
-        return ordered_map(partial(call_with, fn, shared or {}), frames, workers)
+        work = partial(call_with, fn, shared or {})
+        if self.processes > 1:
+            return process_map(work, frames, self.processes)
+        return ordered_map(work, frames, workers)
 
     def map_items(self, items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
         """See :meth:`Executor.map_items`."""
@@ -172,13 +229,15 @@ def write_frames(frames: Iterator[pl.DataFrame], path: str | Path, schema: pa.Sc
 class ExecutorParams(BaseModel):
     """``params.yaml: executor``: where the per-source and per-batch work of the data steps runs.
 
-    ``kind``: ``local`` (this process, or its worker processes) | ``ray`` (Ray Data; ``address`` joins a
+    ``kind``: ``local`` (this process, and ``threads`` worker processes: null, every CPU this process may
+    use; 1, this process alone) | ``ray`` (Ray Data; ``address`` joins a
     running cluster, else a local Ray starts with ``num_cpus`` CPUs, an ``object_store_mb`` MiB object
     store and ``block_mb`` MiB target blocks).
     """
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["local", "ray"] = "local"
+    threads: int | None = Field(None, ge=1)
     address: str | None = None
     num_cpus: int = Field(2, ge=1)
     object_store_mb: int = Field(1024, ge=64)
@@ -190,7 +249,7 @@ def open_executor(p: ExecutorParams) -> Iterator[Executor]:
     """The executor ``p`` names; a Ray one is connected (or started) on entry and shut down on exit.
     Raises ImportError naming the extra when ``ray`` is asked for but missing."""
     if p.kind == "local":
-        yield LocalExecutor()
+        yield LocalExecutor(p.threads or available_cpus())
         return
     from common.ray_exec import RayExecutor
 

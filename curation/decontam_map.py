@@ -19,7 +19,6 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from common.executor import Executor, gather, write_frames
-from common.io import read_parquet, write_parquet
 from corpora.schema import SCHEMAS
 from curation.decontaminate import find_contamination, find_contamination_tables, split_contaminated
 from curation.ngram_index import NgramIndex
@@ -50,25 +49,18 @@ def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path
     corpus, by the rule of the ``decontaminate`` params ``p`` (:meth:`DecontaminateParams.rule`).
 
     Returns (``{kind: contaminated rows with reason}``, matches (with ``table``), stats,
-    ``{kind: (rows in, rows out)}``). ``local`` detects on the whole tables; other executors map
-    :func:`contamination_candidates` over the batches of each table (the index sent once to each
-    worker) and detect on the candidates.
+    ``{kind: (rows in, rows out)}``). :func:`contamination_candidates` is mapped over the batches of
+    each table (the index sent once to each worker), the detection runs on the candidates and the
+    clean rows are streamed to ``dest``: memory holds the candidates, not the tables.
     """
-    if ex.kind == "local":
-        tables = {kind: pl.from_arrow(read_parquet(path)) for kind, path in src.items()}
-    else:
-        _ = index.lookup  # built once here: the workers receive it with the index instead of each rebuilding it
-        tables = {kind: gather(ex, path, partial(contamination_candidates, kind=kind), BATCH_ROWS, {"index": index},
-                               pl.from_arrow(SCHEMAS[kind].empty_table())) for kind, path in src.items()}
+    _ = index.lookup  # built once here: the workers receive it with the index instead of each rebuilding it
+    tables = {kind: gather(ex, path, partial(contamination_candidates, kind=kind), BATCH_ROWS, {"index": index},
+                           pl.from_arrow(SCHEMAS[kind].empty_table())) for kind, path in src.items()}
     matches, stats = find_contamination_tables(tables, index, **p.rule())
     dirty, counts = {}, {}
     for kind, table in tables.items():
-        clean, dirty[kind] = split_contaminated(table, matches.filter(pl.col("table") == kind))
-        if ex.kind == "local":
-            write_parquet(clean.rechunk().to_arrow(), dest[kind], SCHEMAS[kind])  # one chunk: see write_frames
-            counts[kind] = (len(table), len(clean))
-        else:
-            rows_out = write_frames(ex.map_parquet(src[kind], _without, BATCH_ROWS, {"uuids": dirty[kind]["uuid"]}),
-                                    dest[kind], SCHEMAS[kind])
-            counts[kind] = (pq.ParquetFile(src[kind]).metadata.num_rows, rows_out)
+        dirty[kind] = split_contaminated(table, matches.filter(pl.col("table") == kind))[1]
+        rows_out = write_frames(ex.map_parquet(src[kind], _without, BATCH_ROWS, {"uuids": dirty[kind]["uuid"]}),
+                                dest[kind], SCHEMAS[kind])
+        counts[kind] = (pq.ParquetFile(src[kind]).metadata.num_rows, rows_out)
     return dirty, matches, stats, counts

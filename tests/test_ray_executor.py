@@ -1,4 +1,5 @@
-"""The ``ray`` executor gives the same bytes as ``local``: ingest, dedup (exact, MinHash near-dedup,
+"""The ``ray`` executor and the local one on 2 worker processes give the same bytes as ``local`` in this
+process: ingest, dedup (exact, MinHash near-dedup,
 RL vs SFT), quality filters, semantic dedup, decontamination, build, tokenize and export on real rows of a
 reduced source set, on one module-scoped local Ray."""
 
@@ -63,15 +64,15 @@ def _params(kind: str, only: list[str] | None = REDUCED, tokenizer: Path | None 
     # truncation (counters summed over batches; no_supervised_tokens rejects), a cross-check every 7th row
     params["tokenize"].update(tokenizer=str(tokenizer), max_length=256, overflow="truncate", check_every=7,
                               batch_rows=32)
-    params["executor"] = RAY if kind == "ray" else {"kind": "local"}
+    params["executor"] = RAY if kind == "ray" else {"kind": "local", "threads": 2 if kind == "processes" else 1}
     return check_params(params)
 
 
-def _run_both(root: Path, sources: Path, only: list[str] | None, tokenizer: Path) -> dict[str, Path]:
+def _run_all(root: Path, sources: Path, only: list[str] | None, tokenizer: Path) -> dict[str, Path]:
     """``{kind: run directory}`` after ``ingest``, ``decontam_index``, ``dedup``, ``decontaminate``,
     ``build``, ``tokenize`` and ``export``."""
     out = {}
-    for kind in ("local", "ray"):
+    for kind in ("local", "processes", "ray"):
         run = root / kind
         (run / "data").mkdir(parents=True)
         (run / "corpora").symlink_to(REPO / "corpora")
@@ -79,7 +80,7 @@ def _run_both(root: Path, sources: Path, only: list[str] | None, tokenizer: Path
         with contextlib.chdir(run):
             params = _params(kind, only, tokenizer)
             run_ingest(load_registry(REPO / "corpora/sources.yaml", only), sources, Path("data/ingested"),
-                       executor=LocalExecutor() if kind == "local" else RayExecutor(params.executor))
+                       executor=RayExecutor(params.executor) if kind == "ray" else LocalExecutor(params.executor.threads))
             for step in ("decontam_index", "dedup", "quality", "semdedup", "decontaminate", "build", "tokenize",
                          "export"):
                 run_step(step, params)
@@ -89,7 +90,7 @@ def _run_both(root: Path, sources: Path, only: list[str] | None, tokenizer: Path
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, sources_cache, smollm2_dir, ray_session):
-    return _run_both(tmp_path_factory.mktemp("reduced"), sources_cache, REDUCED, smollm2_dir)
+    return _run_all(tmp_path_factory.mktemp("reduced"), sources_cache, REDUCED, smollm2_dir)
 
 
 def _md5(path: Path) -> str:
@@ -102,24 +103,27 @@ def _digests(run: Path) -> dict[str, str]:
     return {f: _md5(run / f) for f in files}
 
 
-def test_ray_outputs_are_byte_identical_to_local(runs):
-    local, ray_ = _digests(runs["local"]), _digests(runs["ray"])
-    assert sorted(local) == sorted(ray_)
-    assert [f for f in local if local[f] != ray_[f]] == []
+@pytest.mark.parametrize("kind", ["ray", "processes"])
+def test_ray_and_process_outputs_are_byte_identical_to_local(runs, kind):
+    local, other = _digests(runs["local"]), _digests(runs[kind])
+    assert sorted(local) == sorted(other)
+    assert [f for f in local if local[f] != other[f]] == []
 
 
 @pytest.mark.slow
 def test_ray_outputs_are_byte_identical_to_local_on_the_default_sources(tmp_path, sources_cache, smollm2_dir,
                                                                         ray_session):
-    runs = _run_both(tmp_path, sources_cache, None, smollm2_dir)
-    local, ray_ = _digests(runs["local"]), _digests(runs["ray"])
-    assert sorted(local) == sorted(ray_) and [f for f in local if local[f] != ray_[f]] == []
+    runs = _run_all(tmp_path, sources_cache, None, smollm2_dir)
+    local = _digests(runs["local"])
+    for kind in ("ray", "processes"):
+        other = _digests(runs[kind])
+        assert sorted(local) == sorted(other) and [f for f in local if local[f] != other[f]] == [], kind
 
 
 def test_the_compared_run_removed_real_duplicates_and_contamination(runs):
     dedup = json.loads((runs["ray"] / "metrics/dedup.json").read_text())
     assert dedup["per_table"]["rl"]["exact_duplicates"] > 0  # MATH test repeats a few problems verbatim
-    assert dedup["per_table"]["sft"]["near"]["verified_edges"] > 0
+    assert dedup["per_table"]["sft"]["near"]["joining_pairs"] > 0
     assert dedup["rejected_by_reason"]["near_duplicate"] > 0
     sem = json.loads((runs["ray"] / "metrics/semdedup.json").read_text())
     assert sem["rejected_by_reason"]["semantic_duplicate"] > 0
