@@ -1,0 +1,177 @@
+"""Wall time, CPU time and peak RSS of every data step at N times the default data.
+
+Replicates ``data/ingested/{sft,rl}.parquet`` N times into a scratch run directory. Copy 0 is the
+data itself; copy c > 0 gets new uuids (uuid5 of the old uuid and c) and per-copy text: after every
+fourth word of each run of lowercase words, in every message content of the row, the copy's own
+marker word is inserted (``... the answer is also ...``), so every word 5-gram of the copy is new
+and exact and near dedup keep the copy, while the language, the JSON fields and the verifier
+ground truth stay as they were. ``--mode near`` instead appends one marker word at the end of the
+first message: the copies are near-duplicates of each other (clusters of N), which is what made
+near-dedup's candidate pairs grow as N^2.
+
+Then ``cascade <step>`` runs for each step in order in that directory (``data/sources``,
+``data/assets`` and ``data/decontam_index`` are the repository's, linked). Per step: wall seconds,
+CPU seconds (user + system of the step and every process it waited for, ``getrusage``), and the
+peak RSS: the largest sum over the step's process tree seen by a 0.2 s psutil poll.
+
+    python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
+        [--executor local|ray] [--code DIR] [--json docs/scale/after.json]
+
+``--code DIR`` runs the steps from another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree``
+of the commit before a change, for a before/after table on the same machine and data. Needs the
+default pipeline's ``data/`` (``dvc repro export``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import polars as pl
+import psutil
+import pyarrow.parquet as pq
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = uuid.UUID("6f1c7a52-0000-4000-8000-00000000ca5c")
+STEPS = ("dedup", "quality", "semdedup", "decontaminate", "validate", "build", "export", "tokenize", "pack")
+MARKERS = ("also", "still", "often", "quite", "rather", "indeed", "surely", "mostly", "nearly", "simply",
+           "really", "fairly", "partly", "mainly", "largely", "widely", "deeply", "highly", "gently", "openly")
+
+
+def marker(copy: int) -> str:
+    """The copy's marker: an English word, or two joined by a hyphen past the list's length."""
+    k, n = copy - 1, len(MARKERS)
+    return MARKERS[k] if k < n else f"{MARKERS[k % n]}-{MARKERS[(k // n) % n]}"
+
+
+def _edit(content: pl.Expr, copy: int, mode: str, first: pl.Expr) -> pl.Expr:
+    if mode == "near":
+        return pl.when(first).then(content + f" {marker(copy)}").otherwise(content)
+    return content.str.replace_all(r"\b([a-z]+ [a-z]+ [a-z]+ [a-z]+) ", f"$1 {marker(copy)} ")
+
+
+def _messages(col: pl.Expr, copy: int, mode: str) -> pl.Expr:
+    return col.list.eval(pl.element().struct.with_fields(
+        _edit(pl.element().struct.field("content"), copy, mode, pl.int_range(pl.len()) == 0).alias("content")))
+
+
+def replicate(src: Path, dest: Path, copies: int, kind: str, mode: str) -> int:
+    """Write ``copies`` copies of the table ``src`` to ``dest`` (see the module doc); returns rows."""
+    f = pq.ParquetFile(src)
+    rows = 0
+    with pq.ParquetWriter(dest, f.schema_arrow, compression="zstd") as writer:
+        for copy in range(copies):
+            for batch in f.iter_batches(batch_size=10_000):
+                df = pl.from_arrow(batch)
+                if copy:
+                    df = df.with_columns(pl.Series("uuid", [str(uuid.uuid5(NAMESPACE, f"{u}:{copy}"))
+                                                            for u in df["uuid"]]))
+                    if kind == "sft":
+                        df = df.with_columns(_messages(pl.col("messages"), copy, mode))
+                    else:
+                        df = df.with_columns(pl.col("responses_create_params").struct.with_fields(
+                            _messages(pl.field("input"), copy, mode)))
+                writer.write_table(df.to_arrow().cast(f.schema_arrow))
+                rows += len(df)
+    return rows
+
+
+class TreePeak(threading.Thread):
+    """Peak of the summed RSS (bytes) of a process and its descendants, polled every ``every`` s."""
+
+    def __init__(self, pid: int, every: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every, self.peak, self.done = pid, every, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                total = 0
+                for p in (root, *root.children(recursive=True)):
+                    try:
+                        total += p.memory_info().rss
+                    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                        continue
+                self.peak = max(self.peak, total)
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(self.every)
+
+
+def run_step(run: Path, step: str, code: Path | None, executor: str) -> dict:
+    """Run ``cascade <step>`` in ``run``; wall s, CPU s and peak RSS GB, or the error's tail."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1")
+    if code:
+        env["PYTHONPATH"] = str(code)
+    cmd = [sys.executable, "-c", "import sys; from curation.cli import main; sys.exit(main())",
+           "--executor", executor, step]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=run, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = TreePeak(proc.pid)
+    peak.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    peak.done.set()
+    peak.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out = {"step": step, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(peak.peak / 1e9, 2)}
+    if proc.returncode:
+        out["error"] = err.strip().splitlines()[-1][-300:] if err.strip() else f"exit {proc.returncode}"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scales", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS)
+    ap.add_argument("--mode", choices=("distinct", "near"), default="distinct")
+    ap.add_argument("--executor", choices=("local", "ray"), default="local")
+    ap.add_argument("--code", type=Path, help="checkout whose code runs the steps (default: this one)")
+    ap.add_argument("--json", type=Path, help="append each result as a JSON line here")
+    ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
+    args = ap.parse_args()
+    print(f"{'scale':>5} {'rows':>9} {'step':13} {'wall s':>8} {'cpu s':>8} {'peak GB':>8}", flush=True)
+    for scale in args.scales:
+        run = Path(tempfile.mkdtemp(prefix=f"scale{scale}.", dir=os.environ.get("SCALE_TMP")))
+        try:
+            (run / "data/ingested").mkdir(parents=True)
+            rows = sum(replicate(REPO / f"data/ingested/{k}.parquet", run / f"data/ingested/{k}.parquet", scale, k,
+                                 args.mode) for k in ("sft", "rl"))
+            for name in ("sources", "assets", "decontam_index"):
+                (run / "data" / name).symlink_to(REPO / "data" / name)
+            (run / "data/ingested/benchmarks.parquet").symlink_to(REPO / "data/ingested/benchmarks.parquet")
+            (run / "corpora").symlink_to(REPO / "corpora")
+            params = yaml.safe_load(((args.code or REPO) / "params.yaml").read_text())
+            params.setdefault("dedup", {}).setdefault("near", {}).setdefault("alarms", {})["on_alarm"] = "warn"
+            (run / "params.yaml").write_text(yaml.safe_dump(params))
+            for step in args.steps:
+                r = run_step(run, step, args.code, args.executor)
+                r.update(scale=scale, rows=rows, mode=args.mode, executor=args.executor,
+                         code=str(args.code or REPO))
+                print(f"{scale:5d} {rows:9d} {step:13} {r['wall_s']:8.1f} {r['cpu_s']:8.1f} {r['peak_rss_gb']:8.2f}"
+                      + (f"  FAILED: {r['error']}" if "error" in r else ""), flush=True)
+                if args.json:
+                    with args.json.open("a") as fh:
+                        fh.write(json.dumps(r) + "\n")
+                if "error" in r or r["peak_rss_gb"] > args.max_rss_gb:
+                    break
+        finally:
+            shutil.rmtree(run, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
