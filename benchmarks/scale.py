@@ -11,11 +11,12 @@ near-dedup's candidate pairs grow as N^2.
 
 Then ``cascade <step>`` runs for each step in order in that directory (``data/sources``,
 ``data/assets`` and ``data/decontam_index`` are the repository's, linked). Per step: wall seconds,
-CPU seconds (user + system of the step and every process it waited for, ``getrusage``), and the
-peak RSS: the largest sum over the step's process tree seen by a 0.2 s psutil poll.
+CPU seconds (user + system of the step's process tree: the larger of ``getrusage`` of what it
+waited for and the sum of a 0.2 s psutil poll's last reading per process), and the peak RSS: the
+largest sum over the process tree seen by that poll.
 
     python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
-        [--executor local|ray] [--code DIR] [--json docs/scale/after.json]
+        [--executor local|ray] [--threads N] [--code DIR] [--json docs/scale/after.json]
 
 ``--code DIR`` runs the steps from another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree``
 of the commit before a change, for a before/after table on the same machine and data. Needs the
@@ -88,11 +89,15 @@ def replicate(src: Path, dest: Path, copies: int, kind: str, mode: str) -> int:
 
 
 class TreePeak(threading.Thread):
-    """Peak of the summed RSS (bytes) of a process and its descendants, polled every ``every`` s."""
+    """Peak of the summed RSS (bytes) of a process and its descendants, and the CPU seconds of each
+    (user + system, its last reading), polled every ``every`` s: a process that ends between two
+    polls loses at most that interval of CPU (worker processes are not all waited for by the step,
+    so ``getrusage`` misses them)."""
 
     def __init__(self, pid: int, every: float = 0.2) -> None:
         super().__init__(daemon=True)
         self.pid, self.every, self.peak, self.done = pid, every, 0, threading.Event()
+        self.cpu: dict[int, float] = {}
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -102,6 +107,8 @@ class TreePeak(threading.Thread):
                 for p in (root, *root.children(recursive=True)):
                     try:
                         total += p.memory_info().rss
+                        t = p.cpu_times()
+                        self.cpu[p.pid] = t.user + t.system
                     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                         continue
                 self.peak = max(self.peak, total)
@@ -127,7 +134,7 @@ def run_step(run: Path, step: str, code: Path | None, executor: str) -> dict:
     peak.done.set()
     peak.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = max((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), sum(peak.cpu.values()))
     out = {"step": step, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(peak.peak / 1e9, 2)}
     if proc.returncode:
         out["error"] = err.strip().splitlines()[-1][-300:] if err.strip() else f"exit {proc.returncode}"
@@ -142,6 +149,7 @@ def main() -> None:
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--code", type=Path, help="checkout whose code runs the steps (default: this one)")
     ap.add_argument("--json", type=Path, help="append each result as a JSON line here")
+    ap.add_argument("--threads", type=int, help="executor.threads (default: params.yaml's)")
     ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
     args = ap.parse_args()
     print(f"{'scale':>5} {'rows':>9} {'step':13} {'wall s':>8} {'cpu s':>8} {'peak GB':>8}", flush=True)
@@ -156,11 +164,13 @@ def main() -> None:
             (run / "data/ingested/benchmarks.parquet").symlink_to(REPO / "data/ingested/benchmarks.parquet")
             (run / "corpora").symlink_to(REPO / "corpora")
             params = yaml.safe_load(((args.code or REPO) / "params.yaml").read_text())
+            if args.threads:
+                params.setdefault("executor", {})["threads"] = args.threads
             params.setdefault("dedup", {}).setdefault("near", {}).setdefault("alarms", {})["on_alarm"] = "warn"
             (run / "params.yaml").write_text(yaml.safe_dump(params))
             for step in args.steps:
                 r = run_step(run, step, args.code, args.executor)
-                r.update(scale=scale, rows=rows, mode=args.mode, executor=args.executor,
+                r.update(scale=scale, rows=rows, mode=args.mode, executor=args.executor, threads=args.threads,
                          code=str(args.code or REPO))
                 print(f"{scale:5d} {rows:9d} {step:13} {r['wall_s']:8.1f} {r['cpu_s']:8.1f} {r['peak_rss_gb']:8.2f}"
                       + (f"  FAILED: {r['error']}" if "error" in r else ""), flush=True)

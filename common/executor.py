@@ -72,42 +72,64 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], workers: int) ->
             yield fut.result()
 
 
-_WORK: Callable[[Any], Any] | None = None  # a worker process's map, set once by _start_worker
+_WORK: dict[str, Callable[[Any], Any]] = {}  # a worker process's current map, by the file it came from
 
 
-def _start_worker(payload: bytes) -> None:
-    global _WORK
-    import cloudpickle
+def _run_work(fn_path: str, item: Any) -> Any:
+    if fn_path not in _WORK:
+        import cloudpickle
 
-    _WORK = cloudpickle.loads(payload)
-
-
-def _run_work(item: Any) -> Any:
-    return _WORK(item)  # type: ignore[misc]
+        _WORK.clear()
+        _WORK[fn_path] = cloudpickle.loads(Path(fn_path).read_bytes())
+    return _WORK[fn_path](item)
 
 
-def process_map(fn: Callable[[Any], Any], items: Iterator[Any], processes: int) -> Iterator[Any]:
-    """``map(fn, items)`` on ``processes`` worker processes, in order, with at most 2*processes items
-    in flight. ``fn`` (with what it binds: a step's shared index or settings) is sent to each worker
-    once (cloudpickle, so closures work); items and results are pickled. Workers fork from a clean
-    ``forkserver`` process with polars, numpy and pyarrow imported, not from this threaded one."""
-    import multiprocessing as mp
-    from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
+class ProcessPool:
+    """``processes`` worker processes kept for a step's lifetime, mapping one function at a time.
 
-    import cloudpickle
+    Workers fork from a clean ``forkserver`` process with polars, numpy and pyarrow imported, not
+    from the (threaded) step process, and import the rest once. Each :meth:`map` writes its function
+    (with what it binds: a step's shared index or settings; cloudpickle, so closures work) to a
+    scratch file that each worker loads once; items and results are pickled. A script that uses
+    it needs the ``if __name__ == "__main__":`` guard of :mod:`multiprocessing`."""
 
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["polars", "numpy", "pyarrow", "pyarrow.parquet"])
-    with ProcessPoolExecutor(processes, mp_context=ctx, initializer=_start_worker,
-                             initargs=(cloudpickle.dumps(fn),)) as pool:
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        self._pool: Any = None
+        self._dir: Any = None
+        self._calls = 0
+
+    def map(self, fn: Callable[[Any], Any], items: Iterator[Any]) -> Iterator[Any]:
+        """``map(fn, items)`` in order, with at most 2*processes items in flight."""
+        import multiprocessing as mp
+        import tempfile
+        from collections import deque
+        from concurrent.futures import ProcessPoolExecutor
+
+        import cloudpickle
+
+        if self._pool is None:
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(["polars", "numpy", "pyarrow", "pyarrow.parquet"])
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=ctx)
+            self._dir = tempfile.TemporaryDirectory(prefix="cascade-map-")
+        self._calls += 1
+        fn_path = Path(self._dir.name) / f"map{self._calls}.pkl"
+        fn_path.write_bytes(cloudpickle.dumps(fn))
         pending: deque = deque()
         for item in items:
-            pending.append(pool.submit(_run_work, item))
-            if len(pending) >= 2 * processes:
+            pending.append(self._pool.submit(_run_work, str(fn_path), item))
+            if len(pending) >= 2 * self.processes:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+    def close(self) -> None:
+        """Stop the workers and remove the scratch files."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._dir.cleanup()
+            self._pool = None
 
 
 def available_cpus() -> int:
@@ -123,13 +145,20 @@ def available_cpus() -> int:
 class LocalExecutor:
     """This machine's executor: parquet batches of ``batch_rows`` rows mapped in this process
     (``processes`` 1: on the call's ``workers`` threads) or on ``processes`` worker processes
-    (:func:`process_map`: the maps are Python and polars code, so threads would share one core
-    under the GIL). Results come in row order either way, so outputs do not depend on it."""
+    (:class:`ProcessPool`: the maps are Python and polars code, so threads would share one core
+    under the GIL). Results come in row order either way, so outputs do not depend on it.
+    :meth:`close` stops the workers (:func:`open_executor` does on exit)."""
 
     kind = "local"
 
     def __init__(self, processes: int = 1) -> None:
         self.processes = processes
+        self.pool = ProcessPool(processes) if processes > 1 else None
+
+    def close(self) -> None:
+        """Stop the worker processes, if any."""
+        if self.pool is not None:
+            self.pool.close()
 
     def map_parquet(self, path: str | Path, fn: BatchFn, batch_rows: int, shared: dict[str, Any] | None = None,
                     workers: int = 1, row_index: bool = False) -> Iterator[pl.DataFrame]:
@@ -139,8 +168,8 @@ class LocalExecutor:
         frames = (indexed_batches(path, batch_rows) if row_index else
                   (pl.from_arrow(b) for b in pq.ParquetFile(path).iter_batches(batch_size=batch_rows)))
         work = partial(call_with, fn, shared or {})
-        if self.processes > 1:
-            return process_map(work, frames, self.processes)
+        if self.pool is not None:
+            return self.pool.map(work, frames)
         return ordered_map(work, frames, workers)
 
     def map_items(self, items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
@@ -249,7 +278,11 @@ def open_executor(p: ExecutorParams) -> Iterator[Executor]:
     """The executor ``p`` names; a Ray one is connected (or started) on entry and shut down on exit.
     Raises ImportError naming the extra when ``ray`` is asked for but missing."""
     if p.kind == "local":
-        yield LocalExecutor(p.threads or available_cpus())
+        local = LocalExecutor(p.threads or available_cpus())
+        try:
+            yield local
+        finally:
+            local.close()
         return
     from common.ray_exec import RayExecutor
 

@@ -302,7 +302,7 @@ class UnionFind:
 
 def lsh_buckets(sig: Signatures, groups: np.ndarray) -> pl.DataFrame:
     """Band collisions: one row per bucket of >= 2 rows of one group with equal keys in one band,
-    ``members`` (list[i64], ascending row indices), in (band, first member) order. Rows with no
+    ``band`` (i32) and ``members`` (list[i64], ascending row indices), in (band, first member) order. Rows with no
     shingle are in none. Memory: rows x bands keys, not pairs."""
     bands, rows = sig.settings["bands"], sig.settings["rows"]
     empty = (sig.values == np.iinfo(np.uint32).max).all(axis=1)
@@ -316,7 +316,7 @@ def lsh_buckets(sig: Signatures, groups: np.ndarray) -> pl.DataFrame:
         frames.append(f.group_by("g", "k").agg(pl.col("i").sort().alias("members"))
                       .select(pl.lit(band, pl.Int32).alias("band"), "members"))
     return (pl.concat(frames).with_columns(pl.col("members").list.first().alias("first"))
-            .sort("band", "first").select("members"))
+            .sort("band", "first").select("band", "members"))
 
 
 def jaccard_many(a: np.ndarray, others: list[np.ndarray]) -> np.ndarray:
@@ -411,6 +411,10 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     chunk_of = np.full(n, -1, np.int64)
     chunk_of[clusters] = np.cumsum(counts[clusters]) // max(verify_rows, 1)
     members_all = buckets["members"].to_list()
+    flat = buckets["members"].explode().to_numpy().astype(np.int64)
+    lens = buckets["members"].list.len().to_numpy().astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    band_of = buckets["band"].to_numpy()
     rejected: set[tuple[int, int]] = set()
     verified = joined = 0
     js: dict[str, float] = {}
@@ -421,10 +425,17 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
         sets_u, snips = shingle_sets(batches, cfg, {sig.uuids[i] for i in rows})
         sets = {i: sets_u.get(sig.uuids[i], np.zeros(0, np.uint64)) for i in rows}
         lo, hi = np.searchsorted(chunk_of[bucket_cluster], [chunk, chunk + 1])
-        for b in order[lo:hi]:
-            m = np.asarray(members_all[b], np.int64)
-            v, j = resolve_bucket(m, [sets[i] for i in m], uf, cfg.threshold, rejected)
-            verified, joined = verified + v, joined + j
+        ids = np.sort(order[lo:hi])  # band by band: a bucket whose rows an earlier band joined is skipped
+        for band in np.unique(band_of[ids]):
+            todo = ids[band_of[ids] == band]
+            seg = np.concatenate([[0], np.cumsum(lens[todo])[:-1]]).astype(np.int64)
+            pos = np.repeat(starts[todo] - seg, lens[todo]) + np.arange(int(lens[todo].sum()))
+            roots = uf.roots(flat[pos])
+            todo = todo[np.minimum.reduceat(roots, seg) != np.maximum.reduceat(roots, seg)]
+            for b in todo:
+                m = np.asarray(members_all[b], np.int64)
+                v, j = resolve_bucket(m, [sets[i] for i in m], uf, cfg.threshold, rejected)
+                verified, joined = verified + v, joined + j
         part = survivors(meta[rows], uf.roots(rows))
         size = part.group_by("cluster").len()
         big = set(size.filter(pl.col("len") > alarms.max_cluster_size)["cluster"].to_list())
