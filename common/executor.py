@@ -18,6 +18,7 @@ Params (``params.yaml: executor``)::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -228,22 +229,29 @@ def gather(ex: Executor, path: str | Path, fn: BatchFn, batch_rows: int, shared:
     return pl.concat([empty, *ex.map_parquet(path, fn, batch_rows, shared)], rechunk=True)
 
 
-def write_frames(frames: Iterator[pl.DataFrame], path: str | Path, schema: pa.Schema) -> int:
+def write_frames(frames: Iterator[pl.DataFrame], path: str | Path, schema: pa.Schema,
+                 chunks: list[int] | None = None) -> int:
     """Stream ``frames`` (cast to ``schema``) into one parquet file atomically; returns rows written.
 
     Row groups hold :data:`common.io.ROW_GROUP_SIZE` rows and each is written from one arrow
     chunk whatever the frame sizes (page boundaries follow arrow chunks), so the file is
-    byte-identical to :func:`common.io.write_parquet` of the concatenated, rechunked table.
+    byte-identical to :func:`common.io.write_parquet` of the concatenated, rechunked table; with
+    ``chunks`` (the row counts of the arrow chunks of a table, e.g. ``Series.chunk_lengths()``),
+    byte-identical to :func:`common.io.write_parquet` of a table chunked that way.
     """
-    rows, pending, held = 0, [], 0
+    edges = list(itertools.accumulate(chunks or []))
+    rows, written, pending, held = 0, 0, [], 0
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         def flush(final: bool) -> None:
-            nonlocal pending, held
+            nonlocal pending, held, written
             table = pa.concat_tables(pending) if pending else schema.empty_table()
             cut = len(table) if final else len(table) - len(table) % ROW_GROUP_SIZE
             if cut or (final and rows == 0):  # write_parquet writes one empty row group for no rows
-                writer.write_table(table.slice(0, cut).combine_chunks(), row_group_size=ROW_GROUP_SIZE)
-            pending, held = [table.slice(cut)], len(table) - cut
+                cuts = [0, *(e - written for e in edges if written < e < written + cut), cut]
+                pieces = [table.slice(a, b - a).combine_chunks() for a, b in itertools.pairwise(cuts) if b > a]
+                writer.write_table(pa.concat_tables(pieces) if pieces else table.slice(0, 0),
+                                   row_group_size=ROW_GROUP_SIZE)
+            pending, held, written = [table.slice(cut)], len(table) - cut, written + cut
 
         for frame in frames:
             pending.append(frame.to_arrow().select(schema.names).cast(schema))

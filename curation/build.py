@@ -53,6 +53,17 @@ def contract_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
     return rank_batch(df, seed).with_columns(pl.Series(CONTRACT, reasons, dtype=pl.String))
 
 
+KEYS = ("uuid", "source", "domain", "_rank")  # what build_sets decides on: the rows follow by uuid
+
+
+def key_batch(df: pl.DataFrame, seed: int, kind: str) -> pl.DataFrame:
+    """The map of ``build`` over a ``kind`` table: :data:`KEYS` of each row (and ``agent_ref`` and
+    :data:`CONTRACT` for RL rows, :func:`contract_batch`), so the driver holds ~100 bytes a row, not the rows."""
+    if kind == "rl":
+        return contract_batch(df, seed).select(*KEYS, "agent_ref", CONTRACT)
+    return rank_batch(df, seed).select(KEYS)
+
+
 def drop_broken(rl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(rows meeting their verifier's contract, without :data:`CONTRACT`; the others, with their
     ``reason`` and without ``_rank``): what ``build`` keeps and what it rejects."""

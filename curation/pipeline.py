@@ -193,28 +193,41 @@ def step_validate(params: PipelineParams) -> dict[str, Any]:
 
 def step_build(params: PipelineParams) -> dict[str, Any]:
     """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits. An RL row
-    that breaks its verifier's contract (:func:`curation.build.contract_reason`) is rejected, not built."""
-    from common.executor import gather, open_executor
-    from curation.build import build_sets, contract_batch, drop_broken, rank_batch
+    that breaks its verifier's contract (:func:`curation.build.contract_reason`) is rejected, not built.
+
+    The executor maps each row to its keys (uuid, source, domain, seeded rank; the RL contract check);
+    the splits, caps and mixes are decided on the keys, and each set's rows are then read in their
+    order out of core (:func:`common.take.take_rows`), so memory holds keys, not tables."""
+    from common.executor import gather, open_executor, write_frames
+    from common.take import connection, take_rows
+    from curation.build import build_sets, drop_broken, key_batch
 
     seed = params.build.seed
+    src = {k: DECONTAMINATED / f"{k}.parquet" for k in KINDS}
     with open_executor(params.executor) as ex:  # the seeded rank of each row (and the RL rows' verifier
         # contract) is the map; the splits are global
-        sft, rl = (gather(ex, DECONTAMINATED / f"{k}.parquet", fn, MAP_BATCH_ROWS, {"seed": seed}, fn(_empty(k), seed))
-                   for k, fn in (("sft", rank_batch), ("rl", contract_batch)))
+        sft, rl = (gather(ex, src[k], key_batch, MAP_BATCH_ROWS, {"seed": seed, "kind": k},
+                          key_batch(_empty(k), seed, k)) for k in KINDS)
     rows_in = len(sft) + len(rl)
     rl, broken = drop_broken(rl)
-    rejects = Rejects("build")
-    rejects.extend_frame(broken)
     sets, capped, stats = build_sets(sft, rl, params.build)
-    for frame in capped:
-        rejects.extend_frame(frame)
+    rejects = Rejects("build")
     out_rows = 0
     mixes = {f"rl/{m}" for m in stats["mixes"]}
-    for name, splits in sets.items():
-        for split, df in splits.items():
-            write_parquet(df.to_arrow(), SETS / name / f"{split}.parquet", SCHEMAS[name.split("/")[0]])
-            out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
+    with connection(params.executor.threads) as con:
+        def rows(kind: str, keys: pl.DataFrame) -> pl.DataFrame:  # whole rows of a few rejected keys, with reason
+            full = pl.concat([_empty(kind), *take_rows(con, src[kind], keys["uuid"])], how="vertical_relaxed")
+            return full.with_columns(keys["reason"])
+
+        rejects.extend_frame(rows("rl", broken))
+        for frame in capped:
+            rejects.extend_frame(rows("sft" if frame["reason"][0].startswith("mix_cap: sft ") else "rl", frame))
+        for name, splits in sets.items():
+            kind = name.split("/")[0]
+            for split, df in splits.items():
+                write_frames(take_rows(con, src[kind], df["uuid"]), SETS / name / f"{split}.parquet", SCHEMAS[kind],
+                             df["uuid"].chunk_lengths())  # a set concatenates groups: their chunks, as before
+                out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
     by_verifier = dict(sorted(broken.group_by("agent_ref").len().iter_rows())) if len(broken) else {}
     return finish_step("build", rows_in, out_rows, rejects, contract_rejects_by_verifier=by_verifier, **stats)
 
@@ -344,52 +357,57 @@ def step_synthesize(params: PipelineParams) -> dict[str, Any]:
                        **_split_timings("synthesize.throughput", st), **stats)
 
 
-def _read_sets(kind: str, load: Callable[[Path], pl.DataFrame]) -> dict[str, dict[str, pl.DataFrame]]:
-    """``{config: {split: table}}`` of a kind (each file read by ``load``); SFT configs are the SFT domains."""
+def _set_tables(kind: str, columns: list[str] | None = None
+                ) -> dict[str, dict[str, Callable[[], pl.DataFrame]]]:
+    """``{config: {split: reader}}`` of a kind's set files (SFT configs are the SFT domains, in order of
+    first appearance); each reader loads one split of one config (``columns``: only those), in row order."""
+    def reader(path: Path, domain: str | None = None) -> Callable[[], pl.DataFrame]:
+        def read() -> pl.DataFrame:
+            frame = pl.scan_parquet(path)
+            if domain is not None:
+                frame = frame.filter(pl.col("domain") == domain)
+            return (frame.select(columns) if columns else frame).collect().rechunk()
+        return read
+
     if kind == "rl":
-        return {d.name: {f.stem: load(f) for f in sorted(d.glob("*.parquet"))}
+        return {d.name: {f.stem: reader(f) for f in sorted(d.glob("*.parquet"))}
                 for d in sorted((SETS / "rl").iterdir()) if d.is_dir()}
-    out: dict[str, dict[str, pl.DataFrame]] = {}
+    out: dict[str, dict[str, Callable[[], pl.DataFrame]]] = {}
     for f in sorted((SETS / "sft").glob("*.parquet")):
-        for (domain,), df in load(f).group_by("domain", maintain_order=True):
-            out.setdefault(domain, {})[f.stem] = df
+        for domain in pl.scan_parquet(f).select("domain").unique(maintain_order=True).collect()["domain"]:
+            out.setdefault(domain, {})[f.stem] = reader(f, domain)
     return out
 
 
 def step_export(params: PipelineParams) -> dict[str, Any]:
     """Write release/sft and release/rl in the Hugging Face Hub layout (license-cleared rows).
 
-    The license check is mapped over the set files on the executor (``release.license_reason``);
-    sharding and writing run here, after ``export.rows_per_shard`` is checked against every split
-    of both kinds (``release.shard_count``), so a bad setting writes nothing."""
-    from common.executor import gather, open_executor
+    ``export.rows_per_shard`` is checked against every split of both kinds first, on the license
+    column alone (``release.shard_count``), so a bad setting writes nothing; then each split of each
+    config is read, license-checked (``release.license_reason``) and sharded in turn, so memory holds
+    one split of one config."""
     from curation.release import export_release, license_reason, shard_count
 
     allow, rows_per_shard = list(params.export.allow_licenses), params.export.rows_per_shard
     specs = load_registry(params.sources.registry)
     manifest = json.loads((SOURCES / "manifest.json").read_text())
     rejects, rows_in, rows_out, stats = Rejects("export"), 0, 0, {}
-    marked = {}
-    with open_executor(params.executor) as ex:
-        for kind in KINDS:
-            empty = license_reason(_empty(kind), allow)
-            marked[kind] = _read_sets(kind, lambda f, empty=empty: gather(ex, f, license_reason, MAP_BATCH_ROWS,
-                                                                          {"allow_licenses": allow}, empty))
-    for kind, sets in marked.items():
-        for config, splits in sets.items():
-            for split, df in splits.items():  # rows to export: those with a null reason
-                shard_count(df["reason"].null_count(), rows_per_shard, f"{kind}/{config}/{split}")
-    for kind, sets in marked.items():
+    for kind in KINDS:
+        for config, splits in _set_tables(kind, ["license"]).items():
+            for split, read in splits.items():  # rows to export: those with a null reason
+                shard_count(license_reason(read(), allow)["reason"].null_count(), rows_per_shard,
+                            f"{kind}/{config}/{split}")
+    for kind in KINDS:
+        sets = {c: {sp: (lambda read=read: license_reason(read(), allow)) for sp, read in splits.items()}
+                for c, splits in _set_tables(kind).items()}
         refused, st = export_release(sets, kind, RELEASE / kind, specs, manifest, allow, rows_per_shard, marked=True)
         if len(refused):
             rejects.extend_frame(refused)
-        n_in = sum(len(df) for splits in sets.values() for df in splits.values())
         n_out = sum(sum(s.values()) for s in st["configs"].values())
-        rows_in, rows_out = rows_in + n_in, rows_out + n_out
+        rows_in, rows_out = rows_in + n_out + len(refused), rows_out + n_out
         stats[kind] = st
     return finish_step("export", rows_in, rows_out, rejects, refused_by_source=rejects.by_source(),
                        releases=stats)
-
 
 
 def step_tokenize(params: PipelineParams) -> dict[str, Any]:
@@ -405,7 +423,7 @@ def step_pack(params: PipelineParams) -> dict[str, Any]:
     """Pack the tokenized SFT sets into pack_length rows (global best-fit-decreasing)."""
     from packing.steps import run_pack
 
-    return run_pack(params.pack, params.tokenize, TOKENIZED, PACKED, Path("plots/pack"))
+    return run_pack(params.pack, params.tokenize, TOKENIZED, PACKED, Path("plots/pack"), threads=params.executor.threads)
 
 
 def step_swe_tasks(params: PipelineParams) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,13 +155,18 @@ def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], l
     return "\n".join(lines) + "\n"
 
 
-def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir: Path,
+SetTable = pl.DataFrame | Callable[[], pl.DataFrame]
+"""A split of a set: its table, or a function that reads it (so one split is in memory at a time)."""
+
+
+def export_release(sets: dict[str, dict[str, SetTable]], kind: str, out_dir: Path,
                    specs: list[SourceSpec], manifest: dict[str, Any], allow_licenses: list[str],
                    rows_per_shard: int, marked: bool = False) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Write one release directory for ``kind`` ('sft' | 'rl') atomically.
 
     Args:
-        sets: ``{config: {split: table}}``; configs are domains.
+        sets: ``{config: {split: table or reader}}``; configs are domains. A reader is called twice
+            (once to count, once to write), so memory holds one split, not the release.
         specs: the registry (provenance per source); manifest: fetch manifest.
         marked: the tables already carry :func:`license_reason`'s ``reason`` column (mapped over
             the set files by an executor); otherwise it is computed here.
@@ -178,22 +184,39 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
     if bad:
         raise ValueError(f"invalid config names {bad!r}")
     check_rows_per_shard(rows_per_shard)
+
+    def parts(key: tuple[str, str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        table = sets[key[0]][key[1]]
+        df = table() if callable(table) else table
+        return split_refused(df) if marked else license_filter(df, allow_licenses)
+
+    keys = [(config, split) for config, splits in sorted(sets.items()) for split in splits]
     # every split is filtered and its shard count checked before the first file is written
-    parts = {(config, split): split_refused(df) if marked else license_filter(df, allow_licenses)
-             for config, splits in sorted(sets.items()) for split, df in splits.items()}
-    n_shards = {key: shard_count(len(ok), rows_per_shard, f"{kind}/{key[0]}/{key[1]}")
-                for key, (ok, _) in parts.items() if len(ok)}
+    n_shards = {}
+    for key in keys:
+        ok, _ = parts(key)
+        if len(ok):
+            n_shards[key] = shard_count(len(ok), rows_per_shard, f"{kind}/{key[0]}/{key[1]}")
     by_name = {s.name: s for s in specs}
-    layout, rows_by_source = {}, {}
+    layout, rows_by_source, refused = {}, {}, []
     with atomic_dir(out_dir) as staging:
-        for (config, split), n in n_shards.items():
-            ok = parts[config, split][0]
+        for key in keys:
+            ok, no = parts(key)
+            if len(no):
+                refused.append(no)
+            n = n_shards.get(key, 0)
+            if not n:
+                continue
+            config, split = key
             shards = [ok.slice(i * rows_per_shard, rows_per_shard) for i in range(n)]
             paths = [staging / config / f"{split}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
             for shard, path in zip(shards, paths, strict=True):
                 write_parquet(shard, path, SCHEMAS[kind])
-            layout.setdefault(config, {})[split] = {  # counted from the shards written
-                "num_examples": sum(len(shard) for shard in shards), "num_bytes": ok.to_arrow().nbytes,
+            schema = SCHEMAS[kind]
+            layout.setdefault(config, {})[split] = {  # counted from the shards written; num_bytes: their Arrow
+                # size in the release schema (not polars' buffers, whose size depends on how the rows were read)
+                "num_examples": sum(len(shard) for shard in shards),
+                "num_bytes": sum(sh.to_arrow().select(schema.names).cast(schema).nbytes for sh in shards),
                 "download_size": sum(p.stat().st_size for p in paths)}
             for src, rows in ok.group_by("source").len().iter_rows():
                 rows_by_source[src] = rows_by_source.get(src, 0) + rows
@@ -213,7 +236,6 @@ def export_release(sets: dict[str, dict[str, pl.DataFrame]], kind: str, out_dir:
         licenses = sorted({p["license"] for p in provenance})
         (staging / "README.md").write_text(
             _card(f"cascade-rl {kind.upper()} release", kind, layout, licenses, provenance), encoding="utf-8")
-    refused = [r for _, r in parts.values() if len(r)]
     counts = {c: {sp: s["num_examples"] for sp, s in splits.items()} for c, splits in layout.items()}
     return pl.concat(refused) if refused else pl.DataFrame(), {"configs": counts}
 

@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from common.executor import Executor, LocalExecutor, write_frames
 from common.io import Rejects, atomic_path, finish_step, read_parquet
+from common.take import connection, take_rows
 from packing.overflow import OverflowStats, apply_overflow
 from packing.plan import plan_packs
 from packing.tokenize import ChatTokenizer, TemplateError, TokenizedDoc
-from packing.writer import iter_packs, write_packs
+from packing.writer import packs_in_order, write_packs
 
 if TYPE_CHECKING:
     from packing.params import PackParams, TokenizeParams
@@ -187,9 +189,16 @@ def _documents(frames: Iterator[pl.DataFrame], rejects: Rejects, totals: dict[st
         yield out
 
 
+DOC_BATCH = 256  # documents per streamed batch of pack (at most 256 x max_length tokens)
+
+
 def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_dir: Path,
-             plots_dir: Path, root: Path = Path(".")) -> dict[str, Any]:
+             plots_dir: Path, root: Path = Path("."), threads: int | None = None) -> dict[str, Any]:
     """Pack every tokenized split with global best-fit-decreasing (params: ``pack`` section).
+
+    The plan is made from the documents' lengths alone; their tokens are then read in pack order
+    out of core (:func:`common.take.take_rows`, DuckDB on ``threads`` threads; None: every core), so
+    memory holds the plan and one batch of documents, not the split.
 
     Raises:
         ValueError: when ``tokenize.max_length`` exceeds ``pack_length`` (documents could not
@@ -210,12 +219,16 @@ def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_d
     docs_total = 0
     lengths, fills = {}, {}
     for split in SPLITS:
-        table = read_parquet(in_dir / f"{split}.parquet")
+        path = in_dir / f"{split}.parquet"
+        table = pq.read_table(path, columns=["uuid", "num_tokens"]) if path.exists() else read_parquet(path)
         lens = table.column("num_tokens").to_numpy()
         plan = plan_packs(lens, length, table.column("uuid").to_pylist())
         tally = {"num_tokens": 0, "num_padding": 0, "num_supervised": 0}
-        n = write_packs(_tally(iter_packs(table, plan, multiple, pad_id), tally), out_dir / f"{split}.parquet",
-                        per_group)
+        with connection(threads) as con:  # the plan holds lengths; the tokens stream in pack order
+            docs = take_rows(con, path, rows=np.concatenate([np.zeros(0, np.int64), *map(np.asarray, plan.packs)]),
+                             columns=["uuid", "input_ids", "loss_mask"], batch_rows=DOC_BATCH)
+            n = write_packs(_tally(packs_in_order(docs, plan, multiple, pad_id), tally), out_dir / f"{split}.parquet",
+                            per_group)
         packed_tokens, padding, supervised = (tally["num_tokens"] - tally["num_padding"], tally["num_padding"],
                                               tally["num_supervised"])
         if packed_tokens != int(lens.sum()) or n != len(plan.packs):

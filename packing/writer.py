@@ -19,10 +19,12 @@ One output row per pack (:data:`PACK_SCHEMA`):
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -101,6 +103,37 @@ def iter_packs(tokenized: pa.Table, plan: PackPlan, pad_to_multiple_of: int = 1,
         yield assemble_pack([ids_flat[offsets[d]:offsets[d + 1]] for d in docs],
                             [mask_flat[mask_offsets[d]:mask_offsets[d + 1]] for d in docs],
                             [uuids[d] for d in docs], pad_to_multiple_of, pad_token_id)
+
+
+def packs_in_order(frames: Iterable[pl.DataFrame], plan: PackPlan, pad_to_multiple_of: int = 1,
+                   pad_token_id: int = 0) -> Iterator[dict]:
+    """Yield the pack rows of ``plan`` from ``frames`` (columns ``uuid``, ``input_ids``, ``loss_mask``)
+    that hold the documents of ``plan.packs`` in pack order (``np.concatenate(plan.packs)``, e.g.
+    :func:`common.take.take_rows` of those positions): the same rows as :func:`iter_packs` on the
+    whole table, holding one frame of documents at a time.
+
+    Raises:
+        ValueError: ``frames`` end before the plan's last document.
+    """
+    ids_q: deque[np.ndarray] = deque()
+    mask_q: deque[np.ndarray] = deque()
+    uuid_q: deque[str] = deque()
+    stream = iter(frames)
+    for docs in plan.packs:
+        while len(ids_q) < len(docs):
+            frame = next(stream, None)
+            if frame is None:
+                raise ValueError(f"the document stream ended before pack of {len(docs)} documents")
+            table = frame.to_arrow()
+            ids, mask = (table.column(c).combine_chunks() for c in ("input_ids", "loss_mask"))
+            io, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
+            iv, mv = ids.values.to_numpy(), mask.values.to_numpy()
+            ids_q.extend(iv[io[k]:io[k + 1]] for k in range(len(frame)))
+            mask_q.extend(mv[mo[k]:mo[k + 1]] for k in range(len(frame)))
+            uuid_q.extend(frame["uuid"].to_list())
+        n = len(docs)
+        yield assemble_pack([ids_q.popleft() for _ in range(n)], [mask_q.popleft() for _ in range(n)],
+                            [uuid_q.popleft() for _ in range(n)], pad_to_multiple_of, pad_token_id)
 
 
 def write_packs(rows: Iterable[dict], path: str | Path, packs_per_row_group: int) -> int:
