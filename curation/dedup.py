@@ -106,7 +106,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
                 pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
             batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
                                      cfg.workers)
-            near_removed, sig, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_rows)
+            near_removed, sig, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars)
             parts.append(near_removed.select("uuid", "reason"))
             stats[kind]["near"] = st
             table = sig.to_frame().to_arrow()

@@ -362,15 +362,15 @@ def resolve_bucket(members: np.ndarray, sets: list[np.ndarray], uf: UnionFind, t
 
 
 def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: AlarmParams,
-               label: str = "rows", verify_rows: int = 200_000) -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
+               label: str = "rows", verify_chars: int = 300_000_000) -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
     """Near-duplicates of the texts streamed by ``batches``.
 
     Candidates are resolved per candidate cluster (rows joined by any band collision, or by the
     short-text md5), never as a list of pairs: a union-find over the verified pairs of each LSH
     bucket (:func:`resolve_bucket`, exact Jaccard vectorized by :func:`jaccard_many`). The clusters
     are the connected components of the verified candidate pairs, exactly. Shingle sets are held for
-    at most ``verify_rows`` rows at a time (one streamed pass over ``batches`` per such chunk of
-    candidate clusters; a larger cluster is one chunk), so memory does not grow with the corpus.
+    rows of at most ``verify_chars`` characters at a time (one streamed pass over ``batches`` per such
+    chunk of candidate clusters; a larger cluster is one chunk), so memory does not grow with the corpus.
 
     Args:
         batches: re-iterable stream of frames with ``uuid`` and ``text``, read once plus once per chunk.
@@ -378,7 +378,8 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
             scope: texts of different groups are never compared), ``priority`` (int,
             lower survives; then the longer text, then the smaller uuid).
         alarms: :class:`AlarmParams`.
-        verify_rows: rows whose shingle sets are held at once (``dedup.near.verify_rows``).
+        verify_chars: characters of text whose shingle sets are held at once (``dedup.near.verify_chars``;
+            a word 5-gram set takes ~1.5 bytes a character).
 
     Returns:
         (removed, signatures, stats): ``removed`` has ``uuid``, ``source`` and ``reason``
@@ -409,7 +410,8 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     bucket_cluster = candidate[first][order]
     clusters = np.flatnonzero(counts > 1)
     chunk_of = np.full(n, -1, np.int64)
-    chunk_of[clusters] = np.cumsum(counts[clusters]) // max(verify_rows, 1)
+    chars = np.bincount(candidate, weights=meta["length"].to_numpy() + 1, minlength=n)
+    chunk_of[clusters] = np.cumsum(chars[clusters]).astype(np.int64) // max(verify_chars, 1)
     members_all = buckets["members"].to_list()
     flat = buckets["members"].explode().to_numpy().astype(np.int64)
     lens = buckets["members"].list.len().to_numpy().astype(np.int64)

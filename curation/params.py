@@ -113,7 +113,7 @@ class NearParams(MinHashConfig):
     scope: Literal["within_domain", "across_domains"] = "within_domain"
     rl_vs_sft: bool = False
     exempt_sources: list[str] = []
-    verify_rows: int = Field(200_000, ge=1)
+    verify_chars: int = Field(300_000_000, ge=1)
     alarms: AlarmParams = AlarmParams()
 
 

@@ -232,8 +232,8 @@ def _reference_removals(texts, cfg, groups):
     return dict(m.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows())
 
 
-@pytest.mark.parametrize("verify_rows", [1, 7, 200_000])
-def test_clustered_resolution_equals_all_pairs_verification_in_any_chunking(verify_rows):
+@pytest.mark.parametrize("verify_chars", [1, 7_000, 300_000_000])
+def test_clustered_resolution_equals_all_pairs_verification_in_any_chunking(verify_chars):
     # near-copy families, chains whose ends are below the threshold, a band-sharing pair below it,
     # short texts, two groups: the union-find over buckets gives the all-pairs components exactly
     texts, groups = [], []
@@ -251,7 +251,7 @@ def test_clustered_resolution_equals_all_pairs_verification_in_any_chunking(veri
     want = _reference_removals(texts, cfg, groups)
     frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
     meta = frame.select("uuid", pl.lit("s").alias("source"), pl.Series("group", groups), pl.lit(0).alias("priority"))
-    removed, _, stats = near_dedup(lambda: [frame], meta, cfg, NO_ALARM, verify_rows=verify_rows)
+    removed, _, stats = near_dedup(lambda: [frame], meta, cfg, NO_ALARM, verify_chars=verify_chars)
     got = {u: r.split()[2] for u, r in removed.select("uuid", "reason").iter_rows()}
     assert got == want and len(want) > 20
     assert stats["verified_pairs"] < len(texts) * 3
