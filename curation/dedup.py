@@ -17,7 +17,6 @@ passes run on an executor (:mod:`common.executor`: this process, or Ray Data).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from common.executor import Executor, LocalExecutor, ParquetBatches
-from common.io import Rejects, finish_step, write_parquet
+from common.io import Rejects, finish_step
 from common.text import row_text, text_hashes, user_text
 from curation.kept import by_source_and_reason, write_kept
 from curation.minhash import cross_dedup, near_dedup
@@ -106,12 +105,10 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
                 pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
             batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
                                      cfg.workers)
-            near_removed, sig, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars)
+            near_removed, _, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars,
+                                             signatures / f"{kind}.parquet")
             parts.append(near_removed.select("uuid", "reason"))
             stats[kind]["near"] = st
-            table = sig.to_frame().to_arrow()
-            write_parquet(table.replace_schema_metadata({"minhash": json.dumps(sig.settings)}),
-                          signatures / f"{kind}.parquet")
         removed[kind] = pl.concat(parts)
     if near.enabled and near.rl_vs_sft:
         rl_removed, st = _rl_vs_sft(ex, src, removed, cfg)

@@ -21,10 +21,12 @@ md5 of their normalized text instead (an exact-match edge with J = 1).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import datasketch
@@ -34,7 +36,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
-from common.executor import call_with, ordered_map
+from common.executor import call_with, ordered_map, write_frames
 from common.text import md5_hex, normalize
 from curation.ngrams import Tokens, fmix64, tokenize, window_hashes
 
@@ -75,7 +77,7 @@ class Signatures:
     def to_frame(self) -> pl.DataFrame:
         """``uuid``, ``signature`` (list[u32]) frame; the settings go in the parquet metadata."""
         return pl.DataFrame({"uuid": self.uuids, "signature": self.values}, schema_overrides={
-            "signature": pl.Array(pl.UInt32, self.values.shape[1])})
+            "uuid": pl.Utf8, "signature": pl.Array(pl.UInt32, self.values.shape[1])})
 
 
 def _fmix32(h: np.ndarray) -> np.ndarray:
@@ -150,40 +152,66 @@ def signature_batch(frame: pl.DataFrame, cfg: MinHashConfig) -> pl.DataFrame:
                 "length": pl.Int64})
 
 
-def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None = None,
-                       desc: str = "minhash") -> tuple[Signatures, list[str | None], list[int]]:
+def band_keys(values: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """LSH key uint64 ``[N, bands]`` of each signature (uint32 ``[N, bands * rows]``) in each band:
+    fmix64 of the band's values weighted by fmix64(1..rows), plus the band number; equal band
+    values give equal keys. A row with no shingle (all ``2^32 - 1``) gets all-zero keys."""
+    mult = fmix64(np.arange(1, rows + 1, dtype=np.uint64))
+    keys = np.zeros((len(values), bands), np.uint64)
+    has = ~(values == np.iinfo(np.uint32).max).all(axis=1)
+    for band in range(bands):
+        keys[has, band] = fmix64((values[has, band * rows:(band + 1) * rows].astype(np.uint64) * mult).sum(axis=1)
+                                 + np.uint64(band))
+    return keys
+
+
+def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None = None, desc: str = "minhash",
+                       out: Path | None = None) -> tuple[Signatures, list[str | None], list[int]]:
     """Pass 1 over ``batches`` (:func:`signature_batch` on each, see :func:`map_batches`): signatures
     of every text, the md5 of the normalized text of texts with no shingle (else None), and every
-    text's length in characters. The result depends neither on the executor nor on its workers."""
+    text's length in characters. The result depends neither on the executor nor on its workers.
+
+    With ``out``, the signatures are streamed to that parquet file (``uuid``, ``signature``, the
+    settings in the metadata key ``minhash``) and the returned :class:`Signatures` holds each row's
+    :func:`band_keys` instead (uint64 ``[N, bands]``, a quarter of the bytes at 16 x 8)."""
     settings = cfg.settings()
-    parts: list[Signatures] = [Signatures([], np.zeros((0, cfg.num_perm), np.uint32), settings)]
+    width = settings["bands"] if out else cfg.num_perm
+    parts: list[Signatures] = [Signatures([], np.zeros((0, width), np.uint64 if out else np.uint32), settings)]
     short_keys: list[str | None] = []
     lengths: list[int] = []
     bar = tqdm(total=total, desc=desc, unit="rows", disable=None, file=sys.stderr)
-    for frame in map_batches(batches, signature_batch, cfg.workers, cfg=cfg):
-        parts.append(Signatures(frame["uuid"].to_list(), frame["signature"].to_numpy().reshape(-1, cfg.num_perm)
-                                .astype(np.uint32), settings))
-        short_keys.extend(frame["short_key"].to_list())
-        lengths.extend(frame["length"].to_list())
-        bar.update(len(frame))
+    empty = Signatures([], np.zeros((0, cfg.num_perm), np.uint32), settings)
+    schema = empty.to_frame().to_arrow().schema.with_metadata({"minhash": json.dumps(settings)}) if out else None
+
+    def stream() -> Iterator[pl.DataFrame]:
+        for frame in map_batches(batches, signature_batch, cfg.workers, cfg=cfg):
+            values = frame["signature"].to_numpy().reshape(-1, cfg.num_perm).astype(np.uint32)
+            if out:
+                values = band_keys(values, settings["bands"], settings["rows"])
+            parts.append(Signatures(frame["uuid"].to_list(), values, settings))
+            short_keys.extend(frame["short_key"].to_list())
+            lengths.extend(frame["length"].to_list())
+            bar.update(len(frame))
+            yield frame.select("uuid", "signature")
+
+    if out:
+        write_frames(stream(), out, schema)
+    else:
+        for _ in stream():
+            pass
     bar.close()
     return Signatures.concat(parts), short_keys, lengths
 
 
 def lsh_candidates(sig: Signatures, groups: np.ndarray) -> np.ndarray:
     """Candidate pairs int64 ``[C, 2]`` (i < j, sorted, unique): rows of the same group whose
-    signature bands are equal in at least one band. Rows with no shingle are skipped."""
-    bands, rows = sig.settings["bands"], sig.settings["rows"]
-    values = sig.values.astype(np.uint64)
-    empty = (sig.values == np.iinfo(np.uint32).max).all(axis=1)
-    idx = np.flatnonzero(~empty)
-    mult = fmix64(np.arange(1, rows + 1, dtype=np.uint64))
-    frames = []
-    for band in range(bands):
-        key = fmix64((values[idx, band * rows:(band + 1) * rows] * mult).sum(axis=1) + np.uint64(band))
-        frames.append(pl.DataFrame({"g": groups[idx], "b": np.full(len(idx), band, np.int32), "k": key, "i": idx}))
-    keys = pl.concat(frames)
-    multi = keys.filter(pl.len().over("g", "b", "k") > 1)
+    signature bands are equal in at least one band (:func:`band_keys`). Rows with no shingle are
+    skipped. Lists every pair: for the cross-table pass, whose pairs are not near-copies of each other."""
+    keys = band_keys(sig.values, sig.settings["bands"], sig.settings["rows"])
+    idx = np.flatnonzero(keys.any(axis=1))
+    frames = [pl.DataFrame({"g": groups[idx], "b": np.full(len(idx), band, np.int32), "k": keys[idx, band], "i": idx})
+              for band in range(keys.shape[1])]
+    multi = pl.concat(frames).filter(pl.len().over("g", "b", "k") > 1)
     pairs = (multi.join(multi, on=["g", "b", "k"], suffix="_j").filter(pl.col("i") < pl.col("i_j"))
              .select("i", "i_j").unique().sort("i", "i_j"))
     return pairs.to_numpy().astype(np.int64).reshape(-1, 2)
@@ -300,19 +328,15 @@ class UnionFind:
         self.parent[r] = r[0]
 
 
-def lsh_buckets(sig: Signatures, groups: np.ndarray) -> pl.DataFrame:
+def lsh_buckets(keys: np.ndarray, groups: np.ndarray) -> pl.DataFrame:
     """Band collisions: one row per bucket of >= 2 rows of one group with equal keys in one band,
-    ``band`` (i32) and ``members`` (list[i64], ascending row indices), in (band, first member) order. Rows with no
-    shingle are in none. Memory: rows x bands keys, not pairs."""
-    bands, rows = sig.settings["bands"], sig.settings["rows"]
-    empty = (sig.values == np.iinfo(np.uint32).max).all(axis=1)
-    idx = np.flatnonzero(~empty)
-    mult = fmix64(np.arange(1, rows + 1, dtype=np.uint64))
+    ``band`` (i32) and ``members`` (list[i64], ascending row indices), in (band, first member) order.
+    ``keys``: :func:`band_keys` uint64 ``[N, bands]``; rows with no shingle (all-zero keys) are in none.
+    Memory: rows x bands keys, not pairs."""
+    idx = np.flatnonzero(keys.any(axis=1))
     frames = []
-    for band in range(bands):
-        key = fmix64((sig.values[idx, band * rows:(band + 1) * rows].astype(np.uint64) * mult).sum(axis=1)
-                     + np.uint64(band))
-        f = pl.DataFrame({"g": groups[idx], "k": key, "i": idx}).filter(pl.len().over("g", "k") > 1)
+    for band in range(keys.shape[1]):
+        f = pl.DataFrame({"g": groups[idx], "k": keys[idx, band], "i": idx}).filter(pl.len().over("g", "k") > 1)
         frames.append(f.group_by("g", "k").agg(pl.col("i").sort().alias("members"))
                       .select(pl.lit(band, pl.Int32).alias("band"), "members"))
     return (pl.concat(frames).with_columns(pl.col("members").list.first().alias("first"))
@@ -362,7 +386,8 @@ def resolve_bucket(members: np.ndarray, sets: list[np.ndarray], uf: UnionFind, t
 
 
 def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: AlarmParams,
-               label: str = "rows", verify_chars: int = 300_000_000) -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
+               label: str = "rows", verify_chars: int = 300_000_000, signatures: Path | None = None
+               ) -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
     """Near-duplicates of the texts streamed by ``batches``.
 
     Candidates are resolved per candidate cluster (rows joined by any band collision, or by the
@@ -380,6 +405,8 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
         alarms: :class:`AlarmParams`.
         verify_chars: characters of text whose shingle sets are held at once (``dedup.near.verify_chars``;
             a word 5-gram set takes ~1.5 bytes a character).
+        signatures: stream the signatures to this parquet file (:func:`compute_signatures`) and hold
+            only their band keys; the returned :class:`Signatures` then holds the keys.
 
     Returns:
         (removed, signatures, stats): ``removed`` has ``uuid``, ``source`` and ``reason``
@@ -390,13 +417,14 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     Raises:
         DedupAlarm: an alarm fired and ``on_alarm`` is ``fail``.
     """
-    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), desc=f"minhash {label}")
+    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), f"minhash {label}", signatures)
     if sig.uuids != meta["uuid"].to_list():
         raise ValueError(f"{label}: batches and meta list different rows")
     n = len(meta)
+    keys = sig.values if signatures else band_keys(sig.values, sig.settings["bands"], sig.settings["rows"])
     meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
     groups = meta["group"].cast(pl.Utf8).to_numpy()
-    buckets = lsh_buckets(sig, groups)
+    buckets = lsh_buckets(keys, groups)
     short = exact_edges(short_keys, groups)
     first = buckets["members"].list.first().to_numpy()
     star = buckets.select(pl.col("members").list.first().alias("a"), pl.col("members").list.slice(1).alias("b")
