@@ -16,9 +16,11 @@ waited for and the sum of a 0.2 s psutil poll's last reading per process), and t
 largest sum over the process tree seen by that poll.
 
     python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
-        [--executor local|ray] [--threads N] [--code DIR] [--json docs/scale/after.json]
+        [--executor local|ray] [--threads N] [--code DIR] [--input ingested|decontaminated]
+        [--json docs/scale/after.json]
 
-``--code DIR`` runs the steps from another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree``
+``--input decontaminated`` replicates decontaminate's output instead, for the steps from ``validate``
+on. ``--code DIR`` runs the steps from another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree``
 of the commit before a change, for a before/after table on the same machine and data. Needs the
 default pipeline's ``data/`` (``dvc repro export``).
 """
@@ -149,6 +151,8 @@ def main() -> None:
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--code", type=Path, help="checkout whose code runs the steps (default: this one)")
     ap.add_argument("--json", type=Path, help="append each result as a JSON line here")
+    ap.add_argument("--input", choices=("ingested", "decontaminated"), default="ingested",
+                    help="the table replicated: ingest's output (every step), or decontaminate's (validate onwards)")
     ap.add_argument("--threads", type=int, help="executor.threads (default: params.yaml's)")
     ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
     args = ap.parse_args()
@@ -157,8 +161,9 @@ def main() -> None:
         run = Path(tempfile.mkdtemp(prefix=f"scale{scale}.", dir=os.environ.get("SCALE_TMP")))
         try:
             (run / "data/ingested").mkdir(parents=True)
-            rows = sum(replicate(REPO / f"data/ingested/{k}.parquet", run / f"data/ingested/{k}.parquet", scale, k,
-                                 args.mode) for k in ("sft", "rl"))
+            (run / "data" / args.input).mkdir(parents=True, exist_ok=True)
+            rows = sum(replicate(REPO / f"data/{args.input}/{k}.parquet", run / f"data/{args.input}/{k}.parquet", scale,
+                                 k, args.mode) for k in ("sft", "rl"))
             for name in ("sources", "assets", "decontam_index"):
                 (run / "data" / name).symlink_to(REPO / "data" / name)
             (run / "data/ingested/benchmarks.parquet").symlink_to(REPO / "data/ingested/benchmarks.parquet")

@@ -199,7 +199,7 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     the splits, caps and mixes are decided on the keys, and each set's rows are then read in their
     order out of core (:func:`common.take.take_rows`), so memory holds keys, not tables."""
     from common.executor import gather, open_executor, write_frames
-    from common.take import connection, take_rows
+    from common.take import take_rows
     from curation.build import build_sets, drop_broken, key_batch
 
     seed = params.build.seed
@@ -214,20 +214,20 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     rejects = Rejects("build")
     out_rows = 0
     mixes = {f"rl/{m}" for m in stats["mixes"]}
-    with connection(params.executor.threads) as con:
-        def rows(kind: str, keys: pl.DataFrame) -> pl.DataFrame:  # whole rows of a few rejected keys, with reason
-            full = pl.concat([_empty(kind), *take_rows(con, src[kind], keys["uuid"])], how="vertical_relaxed")
-            return full.with_columns(keys["reason"])
 
-        rejects.extend_frame(rows("rl", broken))
-        for frame in capped:
-            rejects.extend_frame(rows("sft" if frame["reason"][0].startswith("mix_cap: sft ") else "rl", frame))
-        for name, splits in sets.items():
-            kind = name.split("/")[0]
-            for split, df in splits.items():
-                write_frames(take_rows(con, src[kind], df["uuid"]), SETS / name / f"{split}.parquet", SCHEMAS[kind],
-                             df["uuid"].chunk_lengths())  # a set concatenates groups: their chunks, as before
-                out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
+    def rows(kind: str, keys: pl.DataFrame) -> pl.DataFrame:  # whole rows of a few rejected keys, with reason
+        full = pl.concat([_empty(kind), *take_rows(src[kind], keys["uuid"])], how="vertical_relaxed")
+        return full.with_columns(keys["reason"])
+
+    rejects.extend_frame(rows("rl", broken))
+    for frame in capped:
+        rejects.extend_frame(rows("sft" if frame["reason"][0].startswith("mix_cap: sft ") else "rl", frame))
+    for name, splits in sets.items():
+        kind = name.split("/")[0]
+        for split, df in splits.items():
+            write_frames(take_rows(src[kind], df["uuid"]), SETS / name / f"{split}.parquet", SCHEMAS[kind],
+                         df["uuid"].chunk_lengths())  # a set concatenates groups: their chunks, as before
+            out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
     by_verifier = dict(sorted(broken.group_by("agent_ref").len().iter_rows())) if len(broken) else {}
     return finish_step("build", rows_in, out_rows, rejects, contract_rejects_by_verifier=by_verifier, **stats)
 
@@ -423,7 +423,7 @@ def step_pack(params: PipelineParams) -> dict[str, Any]:
     """Pack the tokenized SFT sets into pack_length rows (global best-fit-decreasing)."""
     from packing.steps import run_pack
 
-    return run_pack(params.pack, params.tokenize, TOKENIZED, PACKED, Path("plots/pack"), threads=params.executor.threads)
+    return run_pack(params.pack, params.tokenize, TOKENIZED, PACKED, Path("plots/pack"))
 
 
 def step_swe_tasks(params: PipelineParams) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from common.executor import Executor, LocalExecutor, write_frames
 from common.io import Rejects, atomic_path, finish_step, read_parquet
-from common.take import connection, take_rows
+from common.take import take_rows
 from packing.overflow import OverflowStats, apply_overflow
 from packing.plan import plan_packs
 from packing.tokenize import ChatTokenizer, TemplateError, TokenizedDoc
@@ -193,12 +193,12 @@ DOC_BATCH = 256  # documents per streamed batch of pack (at most 256 x max_lengt
 
 
 def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_dir: Path,
-             plots_dir: Path, root: Path = Path("."), threads: int | None = None) -> dict[str, Any]:
+             plots_dir: Path, root: Path = Path(".")) -> dict[str, Any]:
     """Pack every tokenized split with global best-fit-decreasing (params: ``pack`` section).
 
     The plan is made from the documents' lengths alone; their tokens are then read in pack order
-    out of core (:func:`common.take.take_rows`, DuckDB on ``threads`` threads; None: every core), so
-    memory holds the plan and one batch of documents, not the split.
+    out of core (:func:`common.take.take_rows`), so memory holds the plan and one window of
+    documents, not the split.
 
     Raises:
         ValueError: when ``tokenize.max_length`` exceeds ``pack_length`` (documents could not
@@ -224,11 +224,10 @@ def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_d
         lens = table.column("num_tokens").to_numpy()
         plan = plan_packs(lens, length, table.column("uuid").to_pylist())
         tally = {"num_tokens": 0, "num_padding": 0, "num_supervised": 0}
-        with connection(threads) as con:  # the plan holds lengths; the tokens stream in pack order
-            docs = take_rows(con, path, rows=np.concatenate([np.zeros(0, np.int64), *map(np.asarray, plan.packs)]),
-                             columns=["uuid", "input_ids", "loss_mask"], batch_rows=DOC_BATCH)
-            n = write_packs(_tally(packs_in_order(docs, plan, multiple, pad_id), tally), out_dir / f"{split}.parquet",
-                            per_group)
+        docs = take_rows(path, rows=np.concatenate([np.zeros(0, np.int64), *map(np.asarray, plan.packs)]),
+                         columns=["uuid", "input_ids", "loss_mask"], batch_rows=DOC_BATCH)  # the tokens, in pack order
+        n = write_packs(_tally(packs_in_order(docs, plan, multiple, pad_id), tally), out_dir / f"{split}.parquet",
+                        per_group)
         packed_tokens, padding, supervised = (tally["num_tokens"] - tally["num_padding"], tally["num_padding"],
                                               tally["num_supervised"])
         if packed_tokens != int(lens.sum()) or n != len(plan.packs):

@@ -12,7 +12,7 @@ import pytest
 
 from common.executor import write_frames
 from common.io import write_parquet
-from common.take import connection, take_rows
+from common.take import take_rows
 from packing.plan import plan_packs
 from packing.writer import iter_packs, packs_in_order
 
@@ -28,13 +28,13 @@ def _table(n: int) -> pl.DataFrame:
     }, schema_overrides={"input_ids": pl.List(pl.Int32), "loss_mask": pl.List(pl.Int8)})
 
 
-def test_rows_come_back_in_the_asked_order_with_every_column(tmp_path):
+def test_rows_come_back_in_the_asked_order_with_every_column(tmp_path, monkeypatch):
+    monkeypatch.setattr("common.take.WINDOW_ROWS", 2)  # three windows of positions
     df = _table(500)
     df.write_parquet(tmp_path / "t.parquet", row_group_size=64)
     want = pl.Series(["u0321", "u0007", "u0499", "u0000", "u0100"])
-    with connection(1) as con:
-        got = pl.concat(take_rows(con, tmp_path / "t.parquet", want, batch_rows=2))
-        by_row = pl.concat(take_rows(con, tmp_path / "t.parquet", rows=np.array([321, 7, 499]), columns=["uuid"]))
+    got = pl.concat(take_rows(tmp_path / "t.parquet", want, batch_rows=2))
+    by_row = pl.concat(take_rows(tmp_path / "t.parquet", rows=np.array([321, 7, 499]), columns=["uuid"]))
     assert got["uuid"].to_list() == want.to_list()
     assert got.to_dicts() == [df.filter(pl.col("uuid") == u).to_dicts()[0] for u in want]
     assert by_row["uuid"].to_list() == ["u0321", "u0007", "u0499"] and by_row.columns == ["uuid"]
@@ -44,22 +44,21 @@ def test_a_missing_key_or_a_key_the_file_repeats_is_an_error_not_a_lost_or_extra
     df = _table(10)
     df.write_parquet(tmp_path / "t.parquet")
     pl.concat([df, df.head(1)]).write_parquet(tmp_path / "twice.parquet")
-    with connection(1) as con:
-        with pytest.raises(ValueError, match="2 rows asked for, 1 match"):
-            list(take_rows(con, tmp_path / "t.parquet", pl.Series(["u0001", "nope"])))
-        with pytest.raises(ValueError, match="1 rows asked for, 2 match"):
-            list(take_rows(con, tmp_path / "twice.parquet", pl.Series(["u0000"])))
+    with pytest.raises(ValueError, match="2 rows asked for, 1 match"):
+        list(take_rows(tmp_path / "t.parquet", pl.Series(["u0001", "nope"])))
+    with pytest.raises(ValueError, match="1 rows asked for, 2 match"):
+        list(take_rows(tmp_path / "twice.parquet", pl.Series(["u0000"])))
 
 
-def test_packs_streamed_in_pack_order_equal_the_in_memory_packs(tmp_path):
+def test_packs_streamed_in_pack_order_equal_the_in_memory_packs(tmp_path, monkeypatch):
+    monkeypatch.setattr("common.take.WINDOW_ROWS", 37)
     df = _table(300).select("uuid", "input_ids", "loss_mask")
     df.write_parquet(tmp_path / "t.parquet", row_group_size=50)
     table = pq.read_table(tmp_path / "t.parquet")
     plan = plan_packs(df["input_ids"].list.len().to_numpy(), 64, df["uuid"].to_list())
-    with connection(1) as con:
-        docs = take_rows(con, tmp_path / "t.parquet", rows=np.concatenate([np.asarray(p) for p in plan.packs]),
-                         columns=["uuid", "input_ids", "loss_mask"], batch_rows=7)
-        streamed = list(packs_in_order(docs, plan, 8, 0))
+    docs = take_rows(tmp_path / "t.parquet", rows=np.concatenate([np.asarray(p) for p in plan.packs]),
+                     columns=["uuid", "input_ids", "loss_mask"], batch_rows=7)
+    streamed = list(packs_in_order(docs, plan, 8, 0))
     whole = list(iter_packs(table, plan, 8, 0))
     assert len(streamed) == len(whole) == len(plan.packs) > 10
     for a, b in zip(streamed, whole, strict=True):
