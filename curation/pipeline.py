@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -358,21 +358,23 @@ def step_synthesize(params: PipelineParams) -> dict[str, Any]:
 
 
 def _set_tables(kind: str, columns: list[str] | None = None
-                ) -> dict[str, dict[str, Callable[[], pl.DataFrame]]]:
+                ) -> dict[str, dict[str, Callable[[], Iterator[pl.DataFrame]]]]:
     """``{config: {split: reader}}`` of a kind's set files (SFT configs are the SFT domains, in order of
-    first appearance); each reader loads one split of one config (``columns``: only those), in row order."""
-    def reader(path: Path, domain: str | None = None) -> Callable[[], pl.DataFrame]:
-        def read() -> pl.DataFrame:
-            frame = pl.scan_parquet(path)
-            if domain is not None:
-                frame = frame.filter(pl.col("domain") == domain)
-            return (frame.select(columns) if columns else frame).collect().rechunk()
+    first appearance); each reader streams one split of one config in row order, in batches of
+    :data:`MAP_BATCH_ROWS` file rows (``columns``: only those)."""
+    import pyarrow.parquet as pq
+
+    def reader(path: Path, domain: str | None = None) -> Callable[[], Iterator[pl.DataFrame]]:
+        def read() -> Iterator[pl.DataFrame]:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=MAP_BATCH_ROWS, columns=columns):
+                frame = pl.from_arrow(batch)
+                yield frame if domain is None else frame.filter(pl.col("domain") == domain)
         return read
 
     if kind == "rl":
         return {d.name: {f.stem: reader(f) for f in sorted(d.glob("*.parquet"))}
                 for d in sorted((SETS / "rl").iterdir()) if d.is_dir()}
-    out: dict[str, dict[str, Callable[[], pl.DataFrame]]] = {}
+    out: dict[str, dict[str, Callable[[], Iterator[pl.DataFrame]]]] = {}
     for f in sorted((SETS / "sft").glob("*.parquet")):
         for domain in pl.scan_parquet(f).select("domain").unique(maintain_order=True).collect()["domain"]:
             out.setdefault(domain, {})[f.stem] = reader(f, domain)
@@ -382,10 +384,10 @@ def _set_tables(kind: str, columns: list[str] | None = None
 def step_export(params: PipelineParams) -> dict[str, Any]:
     """Write release/sft and release/rl in the Hugging Face Hub layout (license-cleared rows).
 
-    ``export.rows_per_shard`` is checked against every split of both kinds first, on the license
-    column alone (``release.shard_count``), so a bad setting writes nothing; then each split of each
-    config is read, license-checked (``release.license_reason``) and sharded in turn, so memory holds
-    one split of one config."""
+    ``export.rows_per_shard`` is checked against every split of both kinds first, on the license and
+    domain columns alone (``release.shard_count``), so a bad setting writes nothing; then each split
+    of each config is streamed, license-checked (``release.license_reason``) and sharded in turn, so
+    memory holds a shard, and the refused rows go to the rejects as they pass."""
     from curation.release import export_release, license_reason, shard_count
 
     allow, rows_per_shard = list(params.export.allow_licenses), params.export.rows_per_shard
@@ -393,18 +395,18 @@ def step_export(params: PipelineParams) -> dict[str, Any]:
     manifest = json.loads((SOURCES / "manifest.json").read_text())
     rejects, rows_in, rows_out, stats = Rejects("export"), 0, 0, {}
     for kind in KINDS:
-        for config, splits in _set_tables(kind, ["license"]).items():
+        for config, splits in _set_tables(kind, ["license", "domain"]).items():
             for split, read in splits.items():  # rows to export: those with a null reason
-                shard_count(license_reason(read(), allow)["reason"].null_count(), rows_per_shard,
+                shard_count(sum(license_reason(f, allow)["reason"].null_count() for f in read()), rows_per_shard,
                             f"{kind}/{config}/{split}")
     for kind in KINDS:
-        sets = {c: {sp: (lambda read=read: license_reason(read(), allow)) for sp, read in splits.items()}
+        sets = {c: {sp: (lambda read=read: (license_reason(f, allow) for f in read())) for sp, read in splits.items()}
                 for c, splits in _set_tables(kind).items()}
-        refused, st = export_release(sets, kind, RELEASE / kind, specs, manifest, allow, rows_per_shard, marked=True)
-        if len(refused):
-            rejects.extend_frame(refused)
+        before = len(rejects)
+        _, st = export_release(sets, kind, RELEASE / kind, specs, manifest, allow, rows_per_shard, marked=True,
+                               on_refused=rejects.extend_frame)
         n_out = sum(sum(s.values()) for s in st["configs"].values())
-        rows_in, rows_out = rows_in + n_out + len(refused), rows_out + n_out
+        rows_in, rows_out = rows_in + n_out + len(rejects) - before, rows_out + n_out
         stats[kind] = st
     return finish_step("export", rows_in, rows_out, rejects, refused_by_source=rejects.by_source(),
                        releases=stats)

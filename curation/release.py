@@ -20,11 +20,12 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import yaml
 
 from common.io import atomic_dir, write_parquet
@@ -155,18 +156,21 @@ def _card(title: str, kind: str, layout: dict[str, dict[str, dict[str, int]]], l
     return "\n".join(lines) + "\n"
 
 
-SetTable = pl.DataFrame | Callable[[], pl.DataFrame]
-"""A split of a set: its table, or a function that reads it (so one split is in memory at a time)."""
+SetTable = pl.DataFrame | Callable[[], Iterable[pl.DataFrame]]
+"""A split of a set: its table, or a function that streams its rows in batches (memory: a batch)."""
 
 
 def export_release(sets: dict[str, dict[str, SetTable]], kind: str, out_dir: Path,
                    specs: list[SourceSpec], manifest: dict[str, Any], allow_licenses: list[str],
-                   rows_per_shard: int, marked: bool = False) -> tuple[pl.DataFrame, dict[str, Any]]:
+                   rows_per_shard: int, marked: bool = False,
+                   on_refused: Callable[[pl.DataFrame], None] | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Write one release directory for ``kind`` ('sft' | 'rl') atomically.
 
     Args:
         sets: ``{config: {split: table or reader}}``; configs are domains. A reader is called twice
-            (once to count, once to write), so memory holds one split, not the release.
+            (once to count, once to write) and streams batches, so memory holds a shard, not a split.
+        on_refused: called with each batch of refused rows (with ``reason``), in order, instead of
+            returning them all.
         specs: the registry (provenance per source); manifest: fetch manifest.
         marked: the tables already carry :func:`license_reason`'s ``reason`` column (mapped over
             the set files by an executor); otherwise it is computed here.
@@ -185,41 +189,54 @@ def export_release(sets: dict[str, dict[str, SetTable]], kind: str, out_dir: Pat
         raise ValueError(f"invalid config names {bad!r}")
     check_rows_per_shard(rows_per_shard)
 
-    def parts(key: tuple[str, str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def parts(key: tuple[str, str]) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
         table = sets[key[0]][key[1]]
-        df = table() if callable(table) else table
-        return split_refused(df) if marked else license_filter(df, allow_licenses)
+        for df in ([table] if isinstance(table, pl.DataFrame) else table()):
+            yield split_refused(df) if marked else license_filter(df, allow_licenses)
 
     keys = [(config, split) for config, splits in sorted(sets.items()) for split in splits]
     # every split is filtered and its shard count checked before the first file is written
     n_shards = {}
     for key in keys:
-        ok, _ = parts(key)
-        if len(ok):
-            n_shards[key] = shard_count(len(ok), rows_per_shard, f"{kind}/{key[0]}/{key[1]}")
+        n = sum(len(ok) for ok, _ in parts(key))
+        if n:
+            n_shards[key] = shard_count(n, rows_per_shard, f"{kind}/{key[0]}/{key[1]}")
     by_name = {s.name: s for s in specs}
+    schema = SCHEMAS[kind]
     layout, rows_by_source, refused = {}, {}, []
     with atomic_dir(out_dir) as staging:
         for key in keys:
-            ok, no = parts(key)
-            if len(no):
-                refused.append(no)
-            n = n_shards.get(key, 0)
-            if not n:
-                continue
             config, split = key
-            shards = [ok.slice(i * rows_per_shard, rows_per_shard) for i in range(n)]
-            paths = [staging / config / f"{split}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
-            for shard, path in zip(shards, paths, strict=True):
-                write_parquet(shard, path, SCHEMAS[kind])
-            schema = SCHEMAS[kind]
-            layout.setdefault(config, {})[split] = {  # counted from the shards written; num_bytes: their Arrow
-                # size in the release schema (not polars' buffers, whose size depends on how the rows were read)
-                "num_examples": sum(len(shard) for shard in shards),
-                "num_bytes": sum(sh.to_arrow().select(schema.names).cast(schema).nbytes for sh in shards),
-                "download_size": sum(p.stat().st_size for p in paths)}
-            for src, rows in ok.group_by("source").len().iter_rows():
-                rows_by_source[src] = rows_by_source.get(src, 0) + rows
+            n = n_shards.get(key, 0)
+            st = {"num_examples": 0, "num_bytes": 0, "download_size": 0}
+
+            def write(shard: pl.DataFrame, i: int, n: int = n, st: dict = st, config: str = config,
+                      split: str = split) -> None:  # shard i of n, one chunk (as a slice of the whole split was)
+                path = staging / config / f"{split}-{i:05d}-of-{n:05d}.parquet"
+                write_parquet(shard.rechunk(), path, schema)
+                st["num_examples"] += len(shard)  # counted from the shards written; num_bytes: their uncompressed
+                # Parquet size (Arrow's nbytes depends on how the rows were sliced and read, not only on them)
+                meta = pq.ParquetFile(path).metadata
+                st["num_bytes"] += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+                st["download_size"] += path.stat().st_size
+                for src, rows in shard.group_by("source").len().iter_rows():
+                    rows_by_source[src] = rows_by_source.get(src, 0) + rows
+
+            pending, written = pl.DataFrame(), 0
+            for ok, no in parts(key):
+                if len(no):
+                    on_refused(no) if on_refused else refused.append(no)
+                pending = pl.concat([pending, ok]) if len(pending) else ok
+                while len(pending) >= rows_per_shard:
+                    write(pending.head(rows_per_shard), written)
+                    pending, written = pending.slice(rows_per_shard), written + 1
+            if len(pending):
+                write(pending, written)
+                written += 1
+            if written != n:
+                raise AssertionError(f"{kind}/{config}/{split}: wrote {written} shards, counted {n}")
+            if n:
+                layout.setdefault(config, {})[split] = st
         provenance = []
         for src, n in sorted(rows_by_source.items()):
             spec = by_name.get(src)
