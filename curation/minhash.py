@@ -440,7 +440,6 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     chunk_of = np.full(n, -1, np.int64)
     chars = np.bincount(candidate, weights=meta["length"].to_numpy() + 1, minlength=n)
     chunk_of[clusters] = np.cumsum(chars[clusters]).astype(np.int64) // max(verify_chars, 1)
-    members_all = buckets["members"].to_list()
     flat = buckets["members"].explode().to_numpy().astype(np.int64)
     lens = buckets["members"].list.len().to_numpy().astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
@@ -463,7 +462,7 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
             roots = uf.roots(flat[pos])
             todo = todo[np.minimum.reduceat(roots, seg) != np.maximum.reduceat(roots, seg)]
             for b in todo:
-                m = np.asarray(members_all[b], np.int64)
+                m = flat[starts[b]:starts[b] + lens[b]]
                 v, j = resolve_bucket(m, [sets[i] for i in m], uf, cfg.threshold, rejected)
                 verified, joined = verified + v, joined + j
         part = survivors(meta[rows], uf.roots(rows))
