@@ -1,7 +1,8 @@
 """GRPO step time against TRL's GRPOTrainer, and SFT throughput on packed vs padded rows.
 
-    python -m benchmarks.grpo [--only grpo|sft] [--threads 1] [--steps 5] [--prompts 4] [--group 8]
-                              [--max-new-tokens 32] [--model tiny|DIR] [--engines hf vllm] [--sft-rows 96]
+    python -m benchmarks.grpo [--only grpo|sft] [--threads N] [--dtype float32|bfloat16] [--repeat 3] [--steps 5]
+                              [--prompts 4] [--group 8] [--max-new-tokens 32] [--model tiny|DIR]
+                              [--engines hf vllm] [--sft-rows 96]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.parquet`` and TRL
 (``pip install -e .[bench]``). Prints two tables:
@@ -10,16 +11,19 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
    advantages, one forward/backward, one AdamW step) with the same tiny Llama built from a config
    (SmolLM2 tokenizer; ``--model DIR``: that checkpoint, e.g. SmolLM2-135M-Instruct), same prompts,
    batch and lengths: ``stages.grpo.GRPOStage`` (rollouts on each of ``--engines``) against
-   ``trl.GRPOTrainer`` (``use_vllm=False``, ``bf16=False``, ``beta=0``, one generation per step).
-   Both sample with HF ``generate``; dynamic filtering and truncation masking are off in ours so
-   both train on every response. Median seconds per step after one warm-up step.
+   ``trl.GRPOTrainer`` (``use_vllm=False``, ``beta=0``, one generation per step; ``bf16`` as ``--dtype``).
+   Dynamic filtering and truncation masking are off in ours so both train on every response. Median
+   seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times and prints the
+   ratio's min / median / max and where our step's time goes (sampling, reward, backward + AdamW, weight push).
 2. SFT forward+backward+AdamW over the same real SFT conversations (ChatML, SmolLM2 tokenizer,
    assistant-only labels): packed into rows of ``--pack-length`` tokens (best-fit decreasing,
    document-local causal mask) against batches of ``--batch`` conversations padded to their
    longest. Throughput counts real (non-pad) tokens.
 
-``--only`` runs one table; ``--threads`` sets torch's intra-op threads (default 1: on shared cores
-more threads spin-wait). Each table is followed by the machine's load average (``os.getloadavg``).
+``--only`` runs one table. ``--threads N`` is the thread budget of each side (default: every core): the
+process is pinned to its first N cores, torch gets N threads, and ours binds its vllm engine to the same N
+cores (its trainer and engine take turns on them). Every run is followed by the machine's load average
+(``os.getloadavg``).
 """
 
 from __future__ import annotations
@@ -38,8 +42,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.trl_timer import ratio_summary, use_cores
+
 REPO = Path(__file__).resolve().parents[1]
 ASSET = REPO / "data" / "assets" / "SmolLM2-135M-Instruct"
+PHASES = ("step_s", "generate_s", "score_s", "train_s", "sync_s")  # a step's wall time and its parts (CSV columns)
 PROMPTS = ["Say yes.", "Name a colour.", "Count to three.", "Greet me.", "What is 2+2?", "Pick a fruit.",
            "Say no.", "Name an animal."]
 
@@ -59,7 +66,7 @@ def reward(text: str) -> float:
     return float(len(text) % 2 == 0)
 
 
-def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[float]:
+def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[dict[str, float]]:
     from common.io import write_parquet
     from stages.environment import FunctionEnvironment
     from stages.grpo import GRPOConfig, GRPOStage
@@ -69,7 +76,7 @@ def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[float]:
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
     cfg = GRPOConfig(name=f"bench_{engine}", runner="grpo", rollout_engine=engine, datasets=[str(work / "set")],
-                     steps=a.steps + 1,
+                     steps=a.steps + 1, threads=a.threads, dtype=a.dtype,
                      prompts_per_step=a.prompts, group_size=a.group, micro_batch_size=a.prompts * a.group,
                      dynamic_filtering=False, mask_truncated=False,
                      sampling={"max_new_tokens": a.max_new_tokens, "batch_size": a.prompts * a.group},
@@ -79,7 +86,7 @@ def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[float]:
     GRPOStage(cfg, environment=env).run(cfg.datasets, model_dir)
     import csv
 
-    return [float(r["step_s"]) for r in csv.DictReader((work / "p" / f"bench_{engine}.csv").open())][1:]
+    return [{k: float(r[k]) for k in PHASES} for r in csv.DictReader((work / "p" / f"bench_{engine}.csv").open())][1:]
 
 
 def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
@@ -91,7 +98,8 @@ def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
 
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts]] * (a.steps + 1))
     args = GRPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=a.prompts * a.group,
-                      num_generations=a.group, max_completion_length=a.max_new_tokens, use_vllm=False, bf16=False,
+                      num_generations=a.group, max_completion_length=a.max_new_tokens, use_vllm=False,
+                      bf16=a.dtype == "bfloat16",
                       beta=0.0, learning_rate=1e-5, max_steps=a.steps + 1, logging_steps=1, save_strategy="no",
                       report_to="none", use_cpu=True, temperature=1.0, top_p=1.0, top_k=0, seed=0,
                       disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
@@ -191,23 +199,39 @@ def bench_model(tok, a, path: Path, seed: int = 0, hidden: int | None = None) ->
 
 
 def grpo_table(tok, a, console: Console) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        model = bench_model(tok, a, work / "model")
-        ours_t = {engine: ours(tok, work / "model", work, a, engine) for engine in a.engines}
-        trl_t = trl(tok, work / "model", work, a)
-    t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, "
-                    f"{model}, {a.steps} timed steps, {a.threads} thread(s)")
-    for col in ("implementation", "median s/step", "min s/step", "steps/s"):
-        t.add_column(col, justify="right" if col != "implementation" else "left")
-    rows = [(f"cascade-rl stages.grpo ({e} engine)", times) for e, times in ours_t.items()]
-    for name, times in [*rows, ("trl.GRPOTrainer (HF generate)", trl_t)]:
-        med = statistics.median(times)
-        t.add_row(name, f"{med:.3f}", f"{min(times):.3f}", f"{1 / med:.2f}")
+    runs = []  # per repeat: ({engine: step rows}, TRL step seconds, load average after the pair)
+    for _ in range(a.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            model = bench_model(tok, a, work / "model")
+            ours_rows = {engine: ours(tok, work / "model", work, a, engine) for engine in a.engines}
+            runs.append((ours_rows, trl(tok, work / "model", work, a), load_note()))
+    t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, {model}, "
+                    f"{a.dtype}, {a.steps} timed steps; {a.threads} core(s) each side (ours: trainer threads and "
+                    f"vLLM binding, by phase; TRL: torch threads)")
+    for col in ("run", "implementation", "median s/step", "min s/step", "max s/step", "ours / TRL", "load after"):
+        t.add_column(col, justify="left" if col in ("implementation", "load after") else "right")
+    ratios: dict[str, list[float]] = {engine: [] for engine in a.engines}
+    for run, (ours_rows, trl_t, load) in enumerate(runs, 1):
+        trl_med = statistics.median(trl_t)
+        for engine, rows in ours_rows.items():
+            times = [r["step_s"] for r in rows]
+            ratios[engine].append(statistics.median(times) / trl_med)
+            t.add_row(str(run), f"cascade-rl stages.grpo ({engine} engine)", *spread(times),
+                      f"{ratios[engine][-1]:.2f}", load)
+        t.add_row(str(run), "trl.GRPOTrainer (HF generate)", *spread(trl_t), "", load)
     console.print(t)
-    for engine, times in ours_t.items():
-        console.print(f"ours ({engine}) / TRL median step time: {statistics.median(times) / statistics.median(trl_t):.2f}")
-    console.print(load_note())
+    for engine in a.engines:
+        console.print(f"ours ({engine}) / TRL over {a.repeat} runs: {ratio_summary(ratios[engine])}")
+        parts = {k: statistics.median(r[k] for rows, _, _ in runs for r in rows[engine]) for k in PHASES}
+        console.print(f"  median per step: sampling {parts['generate_s']:.2f} s, reward {parts['score_s']:.2f} s, "
+                      f"backward + AdamW {parts['train_s']:.2f} s, weight push {parts['sync_s']:.2f} s "
+                      f"(step {parts['step_s']:.2f} s)")
+
+
+def spread(times: list[float]) -> tuple[str, str, str]:
+    """Median, min and max of ``times`` (seconds), formatted."""
+    return f"{statistics.median(times):.3f}", f"{min(times):.3f}", f"{max(times):.3f}"
 
 
 def sft_table(tok, a, console: Console) -> None:
@@ -230,7 +254,10 @@ def sft_table(tok, a, console: Console) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("grpo", "sft"), help="run one table (default: both)")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="cores each side may use (default: all): the process is pinned to the first N")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="both GRPO trainers' precision")
+    ap.add_argument("--repeat", type=int, default=1, help="GRPO: ours/TRL pairs run one after the other")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
@@ -244,7 +271,7 @@ def main() -> None:
     a = ap.parse_args()
     from transformers import AutoTokenizer
 
-    torch.set_num_threads(a.threads)
+    use_cores(a.threads)
     tok = AutoTokenizer.from_pretrained(ASSET)
     console = Console()
     if a.only in (None, "grpo"):

@@ -1,9 +1,32 @@
-"""Per-step wall time of a TRL / transformers ``Trainer`` run, for the side-by-side benchmarks."""
+"""Per-step wall time of a TRL / transformers ``Trainer`` run, the thread budget and the ratio summary of
+the side-by-side benchmarks (``benchmarks/grpo.py``, ``benchmarks/mopd.py``)."""
 
 from __future__ import annotations
 
+import os
+import statistics
 import time
 from typing import Any
+
+
+def use_cores(n: int) -> None:
+    """Pin this process (and the processes it starts: the vllm engine) to its first ``n`` allowed cores and
+    give torch ``n`` intra-op threads: the same thread budget for both sides of a comparison.
+
+    Raises:
+        ValueError: ``n`` is not between 1 and the number of allowed cores."""
+    import torch
+
+    cores = sorted(os.sched_getaffinity(0))
+    if not 1 <= n <= len(cores):
+        raise ValueError(f"--threads must be between 1 and {len(cores)} (this process's cores), got {n}")
+    os.sched_setaffinity(0, cores[:n])
+    torch.set_num_threads(n)
+
+
+def ratio_summary(ratios: list[float]) -> str:
+    """``min / median / max`` of per-run ratios, formatted."""
+    return f"min {min(ratios):.2f} / median {statistics.median(ratios):.2f} / max {max(ratios):.2f}"
 
 
 def step_timer() -> Any:

@@ -64,7 +64,9 @@ class StageConfig(BaseModel):
     checkpoint_root: str = "data/checkpoints"
     metrics_dir: str = "metrics/train"
     plots_dir: str = "plots"
-    threads: int | None = Field(None, ge=1)  # torch intra-op threads (None: torch's default)
+    # torch intra-op threads (None: every core of the rank's share, stages.distributed.cpu_share; the rollout
+    # engine binds the same cores and runs while the trainer waits)
+    threads: int | None = Field(None, ge=1)
     # the rank's device: auto (cuda where torch sees a GPU, else cpu) | cpu | cuda (cuda:LOCAL_RANK)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # bfloat16: policy, reference and teachers run under autocast with fp32 weights (master weights,

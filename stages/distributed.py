@@ -50,6 +50,25 @@ def device(name: str) -> torch.device:
     raise ValueError(f"device must be auto, cpu or cuda, got {name!r}")
 
 
+def cpu_share() -> list[int]:
+    """The CPU cores of this rank: the process's affinity mask cut into ``LOCAL_WORLD_SIZE`` contiguous
+    runs (torchrun and the deepspeed launcher set it; 1 without), run ``LOCAL_RANK``. With fewer cores
+    than local ranks, ranks share: rank ``r`` gets core ``r mod cores``.
+
+    A rank's trainer threads and its rollout engine's binding both take this share: the engine samples
+    while the trainer waits and the trainer computes while the engine idles, so each phase has every
+    core of the rank and ranks never oversubscribe each other."""
+    cores = sorted(os.sched_getaffinity(0))
+    local, ranks = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if ranks <= 1:
+        return cores
+    if len(cores) < ranks:
+        return [cores[local % len(cores)]]
+    size, extra = divmod(len(cores), ranks)
+    start = local * size + min(local, extra)
+    return cores[start:start + size + (local < extra)]
+
+
 def world_size() -> int:
     """Ranks in the process group (1 without one)."""
     return dist.get_world_size() if dist.is_initialized() else 1

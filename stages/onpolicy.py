@@ -218,17 +218,20 @@ def optimizer_step(run: StageRun, rollout: RolloutEngine, indices: list[int],
     """One strict on-policy update: ``accumulate_fn()`` (the backward of the selected samples, returning
     ``logprob_diff``), the on-policy check (:func:`check_logprob_diff` against ``run.sampling.max_logprob_diff``,
     the rollout engine's, before any weight changes), the optimizer step and the sampler's weight sync
-    (``run.updates`` counts it, ``sync_s`` times it); or, when no sample is left to train on (on any
-    data-parallel rank: ``indices`` are this rank's), no update and ``skipped_steps`` counted in ``run.counts``.
+    (``run.updates`` counts it; ``train_s`` times the backward and the optimizer step, ``sync_s`` the sync); or,
+    when no sample is left to train on (on any data-parallel rank: ``indices`` are this rank's), no update and
+    ``skipped_steps`` counted in ``run.counts``.
     Returns the step's stats, ``trained_samples`` (over all ranks) among them.
     Raises :class:`OffPolicyError`."""
     trained = distributed.total(len(indices))
     if not trained:
         run.counts["skipped_steps"] = run.counts.get("skipped_steps", 0) + 1
         return {"trained_samples": 0.0}
+    t0 = time.perf_counter()
     stats = {**accumulate_fn(), "trained_samples": trained}
     check_logprob_diff(stats, run.sampling.max_logprob_diff, run.cfg.name)
     stats.update(run.engine.step())
+    stats["train_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with run.engine.gathered():
         rollout.sync_weights(run.engine.module)

@@ -146,7 +146,7 @@ class StageRun:
         try:
             if os.environ.get("RANK", "0") == "0":  # one lock per run: the launcher's rank 0 holds it
                 self._restore.enter_context(stage_lock(self.cfg))
-            self._restore.enter_context(torch_threads(self.cfg.threads))
+            self._restore.enter_context(torch_threads(self.cfg.threads or len(distributed.cpu_share())))
             distributed.init()
             self.device = distributed.device(self.cfg.device)
             seed_everything(self.cfg.seed + distributed.rank())  # ranks draw differently (rollouts: per-sample seeds)

@@ -160,6 +160,37 @@ def test_torch_threads_are_restored_after_a_block_and_a_failed_stage_start(tmp_p
         torch.set_num_threads(original)
 
 
+@pytest.mark.parametrize(("cores", "ranks", "shares"), [
+    ([0, 1], 1, [[0, 1]]), ([0, 1, 2, 3], 2, [[0, 1], [2, 3]]), ([0, 1, 2, 3, 4], 2, [[0, 1, 2], [3, 4]]),
+    ([4, 6, 7], 3, [[4], [6], [7]]), ([0], 2, [[0], [0]]), ([0, 1], 4, [[0], [1], [0], [1]])])
+def test_each_local_rank_gets_its_own_contiguous_run_of_the_cores(monkeypatch, cores, ranks, shares):
+    from stages import distributed
+    from stages.vllm_engine import cpu_thread_binding
+
+    monkeypatch.setattr(distributed.os, "sched_getaffinity", lambda pid: set(cores))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
+    for rank, share in enumerate(shares):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        assert distributed.cpu_share() == share
+        assert cpu_thread_binding() == (f"{share[0]}-{share[-1]}" if len(share) > 1 else str(share[0]))
+
+
+def test_a_stage_without_threads_trains_on_every_core_of_its_rank(monkeypatch, tmp_path, tok):
+    from stages import distributed
+    from stages.runtime import StageRun
+
+    monkeypatch.setattr(distributed.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    original = torch.get_num_threads()
+    _, cfg = _stage_setup(tmp_path, tok, ["Say yes."])
+    with StageRun(cfg, cfg.datasets, tmp_path / "init"):
+        assert cfg.threads is None and torch.get_num_threads() == 2  # cores 3 and 4
+    with StageRun(cfg.model_copy(update={"threads": 1}), cfg.datasets, tmp_path / "init"):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == original
+
+
 def _stage_setup(tmp_path, tok, prompts, **over):
     model = tiny_llama(len(tok), initializer_range=0.5)
     model.save_pretrained(tmp_path / "init")

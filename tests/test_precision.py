@@ -1,5 +1,5 @@
-"""Mixed precision (a stage's ``dtype``): autocast with fp32 master weights, the sampler's settings,
-the weight push in the engine's dtype, and the KL reference read from the init checkpoint."""
+"""Mixed precision (a stage's ``dtype``): autocast with fp32 master weights, the sampler's settings and the
+KL reference read from the init checkpoint (the push in the engine's dtype: tests/test_weight_push.py)."""
 
 import pytest
 import torch
@@ -8,7 +8,6 @@ from safetensors.torch import load_file
 from stages.rollout import BF16_LOGPROB_DIFF, SamplingConfig
 from stages.runtime import StageRun
 from stages.train_engine import in_precision
-from stages.vllm_engine import weight_tensors
 from tests.test_grpo import _stage_setup
 from tests.tiny_lm import smollm2_tokenizer, tiny_llama
 
@@ -36,16 +35,6 @@ def test_a_bf16_stage_samples_in_bf16_with__its_tolerance_unless_the_config_sets
     assert pinned.vllm.dtype == "float32" and pinned.hf.dtype == "bfloat16" and pinned.max_logprob_diff == 0.5
     fp32 = SamplingConfig()
     assert fp32.for_dtype("float32") is fp32
-
-
-def test_weights_are_pushed_in_the_engine_dtype_with_the_tied_head_as_its_own_tensor():
-    model = tiny_llama(256, tie_word_embeddings=True)
-    out = weight_tensors(model, torch.bfloat16)
-    embed = model.model.embed_tokens.weight
-    assert {t.dtype for t in out.values()} == {torch.bfloat16}
-    assert torch.equal(out["lm_head.weight"], embed.detach().to(torch.bfloat16))
-    assert out["lm_head.weight"].data_ptr() != out["model.embed_tokens.weight"].data_ptr()
-    assert all(t.dtype == torch.float32 for t in weight_tensors(model).values())
 
 
 def test_the_kl_reference_is_the_init_checkpoint_not_the_trained_policy(tmp_path):

@@ -168,6 +168,34 @@ def test_vllm_logprobs_match_the_trainer_before_and_after_a_weight_update(vllm_s
 
 
 @needs_vllm
+def test_vllm_push_of_a_partly_frozen_policy_moves_its_trainable_tensors_and_keeps_the_rest(vllm_setup, tok):
+    """``trainable_layers``: the push carries the top layer only; the engine then samples the whole updated
+    policy (its frozen layers are the checkpoint it started from), with fp32 log-probs."""
+    from safetensors.torch import load_file
+
+    engine, model = vllm_setup
+    prompts = _prompts(tok)
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    top = model.model.layers[-1]
+    try:
+        model.requires_grad_(False)
+        top.requires_grad_(True)
+        with torch.no_grad():
+            torch.manual_seed(1)
+            for p in top.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        engine.sync_weights(model)
+        pushed = set(load_file(engine._weights.path))
+        assert pushed and all(k.startswith(f"model.layers.{len(model.model.layers) - 1}.") for k in pushed)
+        mean, worst = _diff(model, engine.generate(prompts, n=3, seed=1), engine.pad)
+        assert mean < 1e-4 and worst < 1e-3, (mean, worst)
+    finally:
+        model.requires_grad_(True)
+        model.load_state_dict(old)
+        engine.sync_weights(model)
+
+
+@needs_vllm
 def test_vllm_interface_equals_the_hf_engines(vllm_setup, tok):
     engine, model = vllm_setup
     hf = HFRolloutEngine(model, tok, SamplingConfig())
