@@ -273,7 +273,7 @@ def main() -> None:
 
     use_cores(a.threads)
     tok = AutoTokenizer.from_pretrained(ASSET)
-    console = Console()
+    console = Console(width=160)
     if a.only in (None, "grpo"):
         grpo_table(tok, a, console)
     if a.only in (None, "sft"):
