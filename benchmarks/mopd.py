@@ -2,6 +2,7 @@
 
     python -m benchmarks.mopd [--steps 5] [--prompts 4] [--rollouts 4] [--max-new-tokens 32]
                               [--model tiny|DIR] [--engine hf|vllm] [--dtype float32|bfloat16]
+                              [--threads N] [--repeat 3]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer) and TRL (``pip install -e .[bench]``).
 Student: Llama hidden ``--hidden`` x 2 layers; teacher: hidden ``2 * --hidden`` x 2 layers; both
@@ -18,13 +19,16 @@ and a bf16 vllm sampler; TRL: ``bf16=True``, accelerate's autocast):
   full vocabulary, chunked), gradient checkpointing off, each prompt repeated
   ``rollouts`` times in one batch (TRL samples one completion per row).
 
-Median seconds per step after one warm-up step.
+Median seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times and prints
+the ratio's min / median / max. ``--threads N``: each side's core budget (default: every core; the process
+is pinned to its first N cores, torch gets N threads, ours binds its vllm engine to the same cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -32,7 +36,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.grpo import ASSET, PROMPTS, bench_model
+from benchmarks.grpo import ASSET, PROMPTS, bench_model, load_note, spread
+from benchmarks.trl_timer import ratio_summary, use_cores
 
 
 def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, float]]:
@@ -45,7 +50,7 @@ def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, fl
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
     n = a.prompts * a.rollouts
-    cfg = MOPDConfig(name="bench", runner="mopd", rollout_engine=a.engine, dtype=a.dtype,
+    cfg = MOPDConfig(name="bench", runner="mopd", rollout_engine=a.engine, dtype=a.dtype, threads=a.threads,
                      datasets=[str(work / "set")], steps=a.steps + 1,
                      prompts_per_step=a.prompts, rollouts_per_prompt=a.rollouts, micro_batch_size=n,
                      teachers={"bench": str(teacher_dir)}, sampling={"max_new_tokens": a.max_new_tokens,
@@ -90,34 +95,43 @@ def main() -> None:
     ap.add_argument("--model", default="tiny", help="tiny (Llamas of --hidden / 2x --hidden) or an HF checkpoint "
                                                      "dir used as student and teacher (SmolLM2)")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="our rollout engine")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cores each side may use")
+    ap.add_argument("--repeat", type=int, default=1, help="ours/TRL pairs run one after the other")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="both trainers' precision")
     a = ap.parse_args()
     from transformers import AutoTokenizer
 
+    use_cores(a.threads)
     tok = AutoTokenizer.from_pretrained(ASSET)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        student = bench_model(tok, a, work / "student", 0, a.hidden)
-        teacher = bench_model(tok, a, work / "teacher", 1, 2 * a.hidden)
-        ours_rows = ours(work / "student", work / "teacher", work, a)
-        ours_t = [r["step_s"] for r in ours_rows]
-        trl_t = trl(tok, work / "student", work / "teacher", work, a)
+    runs = []  # per repeat: (our step rows, TRL step seconds, load average after the pair)
+    for _ in range(a.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            student = bench_model(tok, a, work / "student", 0, a.hidden)
+            teacher = bench_model(tok, a, work / "teacher", 1, 2 * a.hidden)
+            ours_rows = ours(work / "student", work / "teacher", work, a)
+            runs.append((ours_rows, trl(tok, work / "student", work / "teacher", work, a), load_note()))
     t = Table(title=f"on-policy distillation step: {a.prompts} prompts x {a.rollouts} rollouts x {a.max_new_tokens} "
                     f"new tokens; student {student}, teacher {teacher}, {a.dtype}, ours on the {a.engine} engine; "
-                    f"{a.steps} timed steps")
-    for col in ("implementation", "objective", "median s/step", "min s/step", "steps/s"):
-        t.add_column(col, justify="left" if col in ("implementation", "objective") else "right")
-    for name, objective, times in (("cascade-rl stages.mopd", "sampled-token reverse KL, ICE-POP", ours_t),
-                                   ("trl.DistillationTrainer", "full-vocab reverse KL (beta=1)", trl_t)):
-        med = statistics.median(times)
-        t.add_row(name, objective, f"{med:.3f}", f"{min(times):.3f}", f"{1 / med:.2f}")
-    console = Console(width=160)
+                    f"{a.steps} timed steps; {a.threads} core(s) each side")
+    for col in ("run", "implementation", "objective", "median s/step", "min s/step", "max s/step", "ours / TRL",
+                "load after"):
+        t.add_column(col, justify="left" if col in ("implementation", "objective", "load after") else "right")
+    ratios = []
+    for run, (ours_rows, trl_t, load) in enumerate(runs, 1):
+        ours_t = [r["step_s"] for r in ours_rows]
+        ratios.append(statistics.median(ours_t) / statistics.median(trl_t))
+        t.add_row(str(run), "cascade-rl stages.mopd", "sampled-token reverse KL, ICE-POP", *spread(ours_t),
+                  f"{ratios[-1]:.2f}", load)
+        t.add_row(str(run), "trl.DistillationTrainer", "full-vocab reverse KL (beta=1)", *spread(trl_t), "", load)
+    console = Console(width=180)
     console.print(t)
-    console.print(f"ours / TRL median step time: {statistics.median(ours_t) / statistics.median(trl_t):.2f}")
-    gen, teach, sync = (statistics.median(r[k] for r in ours_rows) for k in ("generate_s", "teacher_s", "sync_s"))
+    console.print(f"ours / TRL over {a.repeat} runs: {ratio_summary(ratios)}")
+    rows = [r for ours_rows, _, _ in runs for r in ours_rows]
+    step, gen, teach, sync = (statistics.median(r[k] for r in rows) for k in ("step_s", "generate_s", "teacher_s",
+                                                                             "sync_s"))
     console.print(f"ours, median per step: sampling {gen:.3f} s, teacher scoring {teach:.3f} s, "
-                  f"loss + backward + AdamW {statistics.median(ours_t) - gen - teach - sync:.3f} s, "
-                  f"weight sync {sync:.3f} s")
+                  f"loss + backward + AdamW {step - gen - teach - sync:.3f} s, weight sync {sync:.3f} s")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 :func:`curation.decontaminate.find_contamination_tables` is a whole-corpus function: its
 boilerplate and stock-phrase tiers count each n-gram's training rows over every table. A row that
 shares no n-gram with the index (and equals no short question) contributes nothing to those counts
-and can never match, so running it on only the rows that hit the index at all gives the same
-matches, stats and reasons as on the whole tables. The map (:func:`contamination_candidates`) keeps
-those rows, with the index broadcast to every worker; the reduce runs the detection on the gathered
-candidates of every table at once; the clean rows are streamed to the outputs.
+and can never match, so the map (:func:`curation.decontaminate.row_hits`, the index sent once to every
+worker) returns, per batch, the index hits of the rows that have any (their uuid, prompt-side hash and
+hit lists, never their text), and the reduce runs the detection on the hits of every table at once
+(:func:`curation.decontaminate.detect_contamination`): the same matches, stats and reasons as on the
+whole tables. A second pass streams the clean rows to the outputs and gathers the contaminated ones.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 
 from common.executor import Executor, gather, write_frames
 from corpora.schema import SCHEMAS
-from curation.decontaminate import find_contamination, find_contamination_tables, split_contaminated
+from curation.decontaminate import HITS_SCHEMA, detect_contamination, row_hits, scanned_rows, split_contaminated
 from curation.ngram_index import NgramIndex
 
 if TYPE_CHECKING:
@@ -29,17 +30,12 @@ if TYPE_CHECKING:
 BATCH_ROWS = 2_000
 
 
-def contamination_candidates(frame: pl.DataFrame, kind: str, index: NgramIndex) -> pl.DataFrame:
-    """The rows of ``frame`` (schema ``kind``) sharing any indexed n-gram with a benchmark item or
-    equal to a short question: :func:`find_contamination` with every coverage 0 (both sides) and
-    no boilerplate or stock-phrase guard (a document frequency bound of ``len(frame)``), in ``frame``'s order."""
-    loosest = {n: 0.0 for n in index.meta["ngrams"]}
-    matches, _ = find_contamination(frame, kind, index, max(len(frame), 1), loosest, answer_min_coverage=0.0)
-    return frame.join(matches.select("uuid"), on="uuid", how="semi", maintain_order="left")
-
-
 def _without(frame: pl.DataFrame, uuids: pl.Series) -> pl.DataFrame:
     return frame.filter(~pl.col("uuid").is_in(uuids.implode()))
+
+
+def _only(frame: pl.DataFrame, uuids: pl.Series) -> pl.DataFrame:
+    return frame.filter(pl.col("uuid").is_in(uuids.implode()))
 
 
 def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path], index: NgramIndex,
@@ -49,17 +45,20 @@ def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path
     corpus, by the rule of the ``decontaminate`` params ``p`` (:meth:`DecontaminateParams.rule`).
 
     Returns (``{kind: contaminated rows with reason}``, matches (with ``table``), stats,
-    ``{kind: (rows in, rows out)}``). :func:`contamination_candidates` is mapped over the batches of
-    each table (the index sent once to each worker), the detection runs on the candidates and the
-    clean rows are streamed to ``dest``: memory holds the candidates, not the tables.
+    ``{kind: (rows in, rows out)}``). :func:`~curation.decontaminate.row_hits` is mapped over the batches
+    of each table, the detection runs on the hits, then the clean rows are streamed to ``dest`` and the
+    contaminated ones gathered: memory holds index hits and the contaminated rows, not the tables.
     """
     _ = index.lookup  # built once here: the workers receive it with the index instead of each rebuilding it
-    tables = {kind: gather(ex, path, partial(contamination_candidates, kind=kind), BATCH_ROWS, {"index": index},
-                           pl.from_arrow(SCHEMAS[kind].empty_table())) for kind, path in src.items()}
-    matches, stats = find_contamination_tables(tables, index, **p.rule())
+    parts = [(kind, gather(ex, path, partial(row_hits, kind=kind), BATCH_ROWS, {"index": index},
+                           pl.DataFrame(schema=HITS_SCHEMA))) for kind, path in src.items()]
+    matches, stats = detect_contamination(scanned_rows(parts), index, **p.rule())
     dirty, counts = {}, {}
-    for kind, table in tables.items():
-        dirty[kind] = split_contaminated(table, matches.filter(pl.col("table") == kind))[1]
+    for kind in src:
+        mine = matches.filter(pl.col("table") == kind)
+        rows = gather(ex, src[kind], _only, BATCH_ROWS, {"uuids": mine["uuid"].unique()},
+                      pl.from_arrow(SCHEMAS[kind].empty_table()))
+        dirty[kind] = split_contaminated(rows, mine)[1]
         rows_out = write_frames(ex.map_parquet(src[kind], _without, BATCH_ROWS, {"uuids": dirty[kind]["uuid"]}),
                                 dest[kind], SCHEMAS[kind])
         counts[kind] = (pq.ParquetFile(src[kind]).metadata.num_rows, rows_out)

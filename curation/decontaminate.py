@@ -79,12 +79,80 @@ def side_texts(train: pl.DataFrame, kind: str, sides: tuple[str, ...] = SIDES) -
     return pl.concat([texts[side]().alias("text") for side in sides])
 
 
-def _train_hits(texts: pl.Series, rows: int, index: NgramIndex) -> _Hits:
-    """All index hits of ``texts`` (:func:`side_texts` of tables of ``rows`` rows in all)."""
-    doc, n, key, exact_doc, exact_item = scan(texts, index)
-    doc, nk = _unique_pairs(doc, key * 256 + n)
-    row, row_nk = _unique_pairs(doc % max(rows, 1), nk)
-    return _Hits(doc, nk, row, row_nk, exact_doc, exact_item)
+def _train_hits(scanned: ScannedRows) -> _Hits:
+    """All index hits of the scanned rows, as :class:`_Hits` (text number ``side * rows + row``)."""
+    rows = max(len(scanned.uuid), 1)
+    doc, nk = _unique_pairs(scanned.side * rows + scanned.row, scanned.key * 256 + scanned.n)
+    row, row_nk = _unique_pairs(doc % rows, nk)
+    return _Hits(doc, nk, row, row_nk, scanned.exact_side * rows + scanned.exact_row, scanned.exact_item)
+
+
+@dataclass
+class ScannedRows:
+    """The rows of training tables that hold an index hit, as detection needs them: no text.
+
+    ``uuid`` (Utf8 ``[K]``), ``table`` (their kinds, object ``[K]``) and ``problem`` (uint64 ``[K]``: hash
+    of the normalized prompt side, :func:`common.text.item_texts`; rows of one problem are one training
+    document) per row, in table then file order. N-gram hits: ``row``, ``side`` (position in ``sides``),
+    ``n`` and ``key`` (position in ``Lookup.sums[n]``), int64 ``[H]``; exact hits of short questions:
+    ``exact_row``, ``exact_side``, ``exact_item``, int64 ``[E]``.
+    """
+
+    uuid: pl.Series
+    table: np.ndarray
+    problem: np.ndarray
+    row: np.ndarray
+    side: np.ndarray
+    n: np.ndarray
+    key: np.ndarray
+    exact_row: np.ndarray
+    exact_side: np.ndarray
+    exact_item: np.ndarray
+
+
+_HIT_LISTS = {"side": pl.UInt8, "n": pl.UInt8, "key": pl.Int64, "exact_side": pl.UInt8, "exact_item": pl.Int64}
+HITS_SCHEMA = {"uuid": pl.Utf8, "problem": pl.UInt64, **{name: pl.List(t) for name, t in _HIT_LISTS.items()}}
+
+
+def row_hits(frame: pl.DataFrame, kind: str, index: NgramIndex, sides: tuple[str, ...] = SIDES) -> pl.DataFrame:
+    """The rows of ``frame`` (schema ``kind``) holding an index hit on one of ``sides`` (an n-gram, or the
+    whole text equal to a short question), one row each in ``frame``'s order: ``uuid``, ``problem``
+    (:class:`ScannedRows`) and their hits as lists (``side``, ``n``, ``key``; ``exact_side``,
+    ``exact_item``). What a map over training batches returns: the hits, not the rows' text
+    (:func:`scanned_rows` joins them)."""
+    import pyarrow as pa
+
+    k = max(len(frame), 1)
+    doc, n, key, ex_doc, ex_item = scan(pl.concat([side_texts(frame, kind, (side,)) for side in sides]), index)
+    row, ex_row = doc % k, ex_doc % k
+    held = np.flatnonzero(np.bincount(np.concatenate([row, ex_row]), minlength=len(frame)))
+    out = {"uuid": frame["uuid"].gather(held),
+           "problem": item_texts(frame[held], kind).fill_null("").to_frame("t")
+           .select(normalize(pl.col("t")).hash(seed=0))["t"]}
+    for name, (at, values) in {"side": (row, doc // k), "n": (row, n), "key": (row, key),
+                               "exact_side": (ex_row, ex_doc // k), "exact_item": (ex_row, ex_item)}.items():
+        order = np.argsort(at, kind="stable")
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(at, minlength=len(frame))[held])]).astype(np.int32)
+        lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[order].astype(np.int64)))
+        out[name] = pl.Series(name, lists).cast(pl.List(_HIT_LISTS[name]))
+    return pl.DataFrame(out)
+
+
+def scanned_rows(parts: list[tuple[str, pl.DataFrame]]) -> ScannedRows:
+    """:class:`ScannedRows` of the :func:`row_hits` frames ``parts`` (``(kind, frame)``, in table then file
+    order): one row number over them all."""
+    frames = [f for _, f in parts]
+    rows = [len(f) for f in frames]
+    whole = pl.concat([pl.DataFrame(schema=HITS_SCHEMA), *frames])
+    lists = {}
+    for name in _HIT_LISTS:
+        counts = whole[name].list.len().to_numpy()
+        lists[name] = (np.repeat(np.arange(len(whole), dtype=np.int64), counts),
+                       whole[name].explode().drop_nulls().cast(pl.Int64).to_numpy())
+    return ScannedRows(uuid=whole["uuid"], table=np.repeat(np.array([k for k, _ in parts], dtype=object), rows),
+                       problem=whole["problem"].to_numpy(), row=lists["side"][0], side=lists["side"][1],
+                       n=lists["n"][1], key=lists["key"][1], exact_row=lists["exact_side"][0],
+                       exact_side=lists["exact_side"][1], exact_item=lists["exact_item"][1])
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,20 +188,13 @@ def _doc_freq(hits: _Hits, gone: np.ndarray, problem: np.ndarray) -> tuple[np.nd
     return np.unique(nk, return_counts=True)
 
 
-def _problems(tables: dict[str, pl.DataFrame], rows: np.ndarray) -> np.ndarray:
-    """int64 ``[total rows]``: for the rows ``rows`` (sorted row numbers of the concatenated tables:
-    those with index hits), one id per distinct normalized prompt side (:func:`common.text.item_texts`);
-    -1 elsewhere. The rows of one problem (its SFT solution and RL prompt, several synthesized
-    responses) are one training document for the frequencies."""
-    out = np.full(sum(len(t) for t in tables.values()), -1, np.int64)
-    texts, start = [], 0
-    for kind, t in tables.items():
-        mine = rows[(rows >= start) & (rows < start + len(t))] - start
-        texts.append(item_texts(t[mine], kind).fill_null(""))
-        start += len(t)
+def _problems(problem: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int64 ``[len(problem)]``: for the rows ``rows`` (sorted: those with n-gram hits), one id per distinct
+    prompt-side hash ``problem`` (:class:`ScannedRows`); -1 elsewhere. The rows of one problem (its SFT
+    solution and RL prompt, several synthesized responses) are one training document for the frequencies."""
+    out = np.full(len(problem), -1, np.int64)
     if len(rows):
-        keys = pl.DataFrame({"t": pl.concat(texts)}).select(normalize(pl.col("t")).hash(seed=0))["t"].to_numpy()
-        out[rows] = np.unique(keys, return_inverse=True)[1]
+        out[rows] = np.unique(problem[rows], return_inverse=True)[1]
     return out
 
 
@@ -242,21 +303,30 @@ def find_contamination_tables(tables: dict[str, pl.DataFrame], index: NgramIndex
     more runs while an n-gram's tier changes), ``boilerplate_ngrams_ignored`` and
     ``stock_ngrams`` per n (in the final pass).
     """
-    look, rows = index.lookup, sum(len(t) for t in tables.values())
-    uuids = pl.concat([t["uuid"] for t in tables.values()]) if tables else pl.Series("uuid", [], pl.Utf8)
-    table_of = np.repeat(np.array(list(tables), dtype=object), [len(t) for t in tables.values()])
+    parts = [(kind, row_hits(t, kind, index, sides)) for kind, t in tables.items()]
+    return detect_contamination(scanned_rows(parts), index, max_train_doc_freq, min_coverage, stock_doc_freq,
+                                stock_min_coverage, answer_min_coverage, sides)
+
+
+def detect_contamination(scanned: ScannedRows, index: NgramIndex, max_train_doc_freq: int,
+                         min_coverage: dict[int, float] | None = None, stock_doc_freq: int | None = None,
+                         stock_min_coverage: float = 0.5, answer_min_coverage: float = 0.5,
+                         sides: tuple[str, ...] = SIDES) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """:func:`find_contamination_tables` on the index hits of the rows (``scanned``, :func:`scanned_rows`
+    of :func:`row_hits` on ``sides``): the same matches and stats, from arrays of hits instead of texts."""
+    look, rows = index.lookup, len(scanned.uuid)
+    uuids, table_of = scanned.uuid, scanned.table
     coverage = {int(n): float(c) for n, c in (min_coverage or {}).items()}
     stock = max_train_doc_freq if stock_doc_freq is None else min(int(stock_doc_freq), max_train_doc_freq)
     on_answers = _need(look, {n: max(c, answer_min_coverage) for n, c in coverage.items()}, answer_min_coverage)
     need = np.stack([on_answers if side == "answer" else _need(look, coverage) for side in sides])
     need_stock = _need(look, {}, stock_min_coverage)
-    texts = [side_texts(t, kind, (side,)) for side in sides for kind, t in tables.items()]
-    hits = _train_hits(pl.concat(texts) if texts else pl.Series([], dtype=pl.Utf8), rows, index)
+    hits = _train_hits(scanned)
     entries = _index_entries(hits, look)
     gone = np.zeros(rows, dtype=bool)
     found: list[pl.DataFrame] = []
     passes = 0
-    problem = _problems(tables, np.unique(hits.row))
+    problem = _problems(scanned.problem, np.unique(hits.row))
     keys, freq = _doc_freq(hits, gone, problem)
     while True:
         passes += 1

@@ -6,7 +6,15 @@ import polars as pl
 import pytest
 
 from common.text import item_texts
-from curation.decontaminate import decontaminate, find_contamination, find_contamination_tables
+from curation.decontaminate import (
+    HITS_SCHEMA,
+    decontaminate,
+    detect_contamination,
+    find_contamination,
+    find_contamination_tables,
+    row_hits,
+    scanned_rows,
+)
 from curation.ngram_index import _find, build_index, read_index, write_index
 from tests.rows import rl_table, sft_table
 
@@ -182,6 +190,32 @@ def test_real_rows_give_the_reasons_recorded_before_the_vectorized_rewrite():
         assert dict(zip(dirty["uuid"], dirty["reason"], strict=True)) == fx["expected"][kind]["reasons"]
         assert stats == fx["expected"][kind]["stats"]
         assert len(clean) == len(rows) - len(dirty) and find_contamination(clean, kind, index, 50)[0].is_empty()
+
+
+def test_the_hits_of_batches_give_the_matches_and_stats_of_the_whole_tables():
+    """The map of the decontaminate step returns index hits per batch (no text); detection on the joined
+    hits of both tables equals detection on the whole tables (real rows, several batchings)."""
+    fx = json.loads((Path(__file__).parent / "data" / "decontamination_real.json").read_text())
+    b = fx["benchmarks"]
+    bench = rl_table([r["question"] for r in b], uuid=[r["uuid"] for r in b],
+                     ground_truth=[json.dumps({"answer": r["answer"]} if r["answer"] else {}) for r in b]
+                     ).with_columns(pl.Series("source", [r["source"] for r in b]))
+    index = build_index(bench, [8, 13])
+    tables = {}
+    for kind in ("sft", "rl"):
+        rows = [t for t in fx["train"] if t["kind"] == kind]
+        texts, uuids = [t["text"] for t in rows], [t["uuid"] for t in rows]
+        tables[kind] = sft_table(texts, uuid=uuids) if kind == "sft" else rl_table(texts, source="train", uuid=uuids)
+    rule = {"max_train_doc_freq": 50, "min_coverage": {8: 0.5, 13: 0.0}, "stock_doc_freq": 1}
+    whole, whole_stats = find_contamination_tables(tables, index, **rule)
+    assert not whole.is_empty()
+    for size in (1, 3, 1000):
+        parts = [(kind, pl.concat([pl.DataFrame(schema=HITS_SCHEMA),
+                                   *(row_hits(t.slice(i, size), kind, index) for i in range(0, len(t), size))]))
+                 for kind, t in tables.items()]
+        assert all(set(f.columns) == set(HITS_SCHEMA) and len(f) < len(tables[k]) for k, f in parts)
+        matches, stats = detect_contamination(scanned_rows(parts), index, **rule)
+        assert matches.equals(whole) and stats == whole_stats
 
 
 # Real benchmark items: MATH-500 (problem and reference solution as oe-eval ships them) and HumanEval/0.
