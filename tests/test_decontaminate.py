@@ -176,36 +176,33 @@ def test_short_ngrams_need_item_coverage_so_generic_phrases_do_not_count():
 def test_real_rows_give_the_reasons_recorded_before_the_vectorized_rewrite():
     # real SFT/RL rows and benchmark items (MATH-500, MMLU, GSM8K, MT-Bench, IFBench; Chinese,
     # Cyrillic and accented clean rows); "expected" was produced by the previous implementation
-    fx = json.loads((Path(__file__).parent / "data" / "decontamination_real.json").read_text())
-    b = fx["benchmarks"]
-    bench = rl_table([r["question"] for r in b], uuid=[r["uuid"] for r in b],
-                     ground_truth=[json.dumps({"answer": r["answer"]} if r["answer"] else {}) for r in b]
-                     ).with_columns(pl.Series("source", [r["source"] for r in b]))
-    index = build_index(bench, [8, 13])
-    for kind in ("sft", "rl"):
-        rows = [t for t in fx["train"] if t["kind"] == kind]
-        texts, uuids = [t["text"] for t in rows], [t["uuid"] for t in rows]
-        train = sft_table(texts, uuid=uuids) if kind == "sft" else rl_table(texts, source="train", uuid=uuids)
+    fx, index, tables = _real_fixture()
+    for kind, train in tables.items():
         clean, dirty, _, stats = decontaminate(train, kind, index, 50, {8: 0.5, 13: 0.0})
         assert dict(zip(dirty["uuid"], dirty["reason"], strict=True)) == fx["expected"][kind]["reasons"]
         assert stats == fx["expected"][kind]["stats"]
-        assert len(clean) == len(rows) - len(dirty) and find_contamination(clean, kind, index, 50)[0].is_empty()
+        assert len(clean) == len(train) - len(dirty) and find_contamination(clean, kind, index, 50)[0].is_empty()
 
 
-def test_the_hits_of_batches_give_the_matches_and_stats_of_the_whole_tables():
-    """The map of the decontaminate step returns index hits per batch (no text); detection on the joined
-    hits of both tables equals detection on the whole tables (real rows, several batchings)."""
+def _real_fixture():
+    """(the fixture, the index of its benchmark items, ``{kind: its training rows}``)."""
     fx = json.loads((Path(__file__).parent / "data" / "decontamination_real.json").read_text())
     b = fx["benchmarks"]
     bench = rl_table([r["question"] for r in b], uuid=[r["uuid"] for r in b],
                      ground_truth=[json.dumps({"answer": r["answer"]} if r["answer"] else {}) for r in b]
                      ).with_columns(pl.Series("source", [r["source"] for r in b]))
-    index = build_index(bench, [8, 13])
     tables = {}
     for kind in ("sft", "rl"):
         rows = [t for t in fx["train"] if t["kind"] == kind]
         texts, uuids = [t["text"] for t in rows], [t["uuid"] for t in rows]
         tables[kind] = sft_table(texts, uuid=uuids) if kind == "sft" else rl_table(texts, source="train", uuid=uuids)
+    return fx, build_index(bench, [8, 13]), tables
+
+
+def test_the_hits_of_batches_give_the_matches_and_stats_of_the_whole_tables():
+    """The map of the decontaminate step returns index hits per batch (no text); detection on the joined
+    hits of both tables equals detection on the whole tables (real rows, several batchings)."""
+    _, index, tables = _real_fixture()
     rule = {"max_train_doc_freq": 50, "min_coverage": {8: 0.5, 13: 0.0}, "stock_doc_freq": 1}
     whole, whole_stats = find_contamination_tables(tables, index, **rule)
     assert not whole.is_empty()
