@@ -8,6 +8,7 @@ every scorer of rollouts (the policy, the KL reference, MOPD's teachers) starts 
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -97,6 +98,11 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     the ``B`` rows (differentiably: gradients flow back into the prompt forward), and only the
     responses run per row; token for token the same log-probs and gradients as one forward over
     ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens instead of ``B * (P + R)``.
+    The responses continue in runs of similar length (:func:`length_buckets`; each run from its own fork of
+    the prompt cache, :func:`fork_cache`), so ``R`` is each run's longest response, not the batch's: the
+    padding of short responses is not computed. MoE models (one recorded forward per micro-batch for the
+    router tap, :class:`stages.moe.RouterTap`) and ZeRO-3 (every rank must make the same module calls)
+    continue in one run.
     Hybrid caches share too (attention keys/values and Mamba conv/SSM states indexed alike) where
     :func:`can_share_prompts` says so; other models run unshared.
     A model that recomputes its layers in the backward (activation checkpointing in training mode,
@@ -123,17 +129,79 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     if not share:
         hidden, _ = final_hidden_states(model, input_ids=ids, attention_mask=mask, position_ids=pos)
         hidden = hidden[:, p_w - 1:-1]  # position t scores the token at t + 1
+        hidden = hidden[scored]
     else:
         first = torch.empty(len(prompts), dtype=torch.long, device=ids.device).scatter_(
             0, inverse, torch.arange(len(ids), device=ids.device))  # any row of each prompt
         head, out = final_hidden_states(model, input_ids=prompts, attention_mask=mask[first, :p_w],
                                         position_ids=pos[first, :p_w], use_cache=True)
-        cache = out.past_key_values
-        cache.reorder_cache(inverse)  # every layer: keys/values and recurrent (Mamba conv, SSM) states
-        tail, _ = final_hidden_states(model, input_ids=ids[:, p_w:-1], attention_mask=mask[:, :-1],
-                                      position_ids=pos[:, p_w:-1], past_key_values=cache, use_cache=True)
-        hidden = torch.cat([head[inverse, -1:], tail], dim=1)  # head: scores each response's first token
+        lengths = scored.sum(1).tolist()
+        one = partitioned(head_weight(model)) or bool(routers(getattr(model, "module", model)))
+        buckets = [list(range(len(ids)))] if one else length_buckets(lengths)
+        pieces, where = [], []
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        for rows in buckets:
+            width, at = max(1, *(lengths[i] for i in rows)), torch.tensor(rows, device=ids.device)
+            cache = out.past_key_values if len(buckets) == 1 else fork_cache(out.past_key_values)
+            cache.reorder_cache(inverse[at])  # every layer: keys/values and recurrent (Mamba conv, SSM) states
+            part = head[inverse[at], -1:]  # scores each response's first token
+            if width > 1:
+                tail, _ = final_hidden_states(model, input_ids=ids[at, p_w:p_w + width - 1],
+                                              attention_mask=mask[at, :p_w + width - 1],
+                                              position_ids=pos[at, p_w:p_w + width - 1], past_key_values=cache,
+                                              use_cache=True)
+                part = torch.cat([part, tail], dim=1)
+            pieces.append(part[scored[at, :width]])
+            where.extend(starts[i] + j for i in rows for j in range(lengths[i]))
+        hidden = torch.cat(pieces)
+        if len(buckets) > 1:  # back to the rows' order
+            hidden = hidden[torch.argsort(torch.tensor(where, device=hidden.device))]
     logprobs = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device)
-    logprobs[scored] = head_logprobs(model, hidden[scored], batch["response_ids"][scored], chunk, temperature,
+    logprobs[scored] = head_logprobs(model, hidden, batch["response_ids"][scored], chunk, temperature,
                                      dtype=compute_dtype(model))
     return logprobs
+
+
+BUCKET_TOKENS = 64  # what one more continuation forward costs, in padded tokens (length_buckets)
+
+
+def length_buckets(lengths: list[int], cost: int | None = None, most: int = 4) -> list[list[int]]:
+    """Rows (positions in ``lengths``, response token counts) grouped into at most ``most`` runs of similar
+    length, each run later padded to its longest: the grouping of rows sorted by length that computes the
+    fewest padded tokens, counting ``cost`` (default :data:`BUCKET_TOKENS`) more per run (dynamic programming
+    over the sorted lengths). Each run lists its rows in ascending order."""
+    cost = BUCKET_TOKENS if cost is None else cost
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    sizes = [lengths[i] for i in order]
+    n, inf = len(sizes), float("inf")
+    best = [[inf] * (n + 1) for _ in range(most + 1)]  # best[k][j]: first j sorted rows in k runs
+    cut = [[0] * (n + 1) for _ in range(most + 1)]
+    best[0][0] = 0
+    for k in range(1, most + 1):
+        for j in range(1, n + 1):
+            for i in range(j):
+                c = best[k - 1][i] + (j - i) * sizes[j - 1] + cost
+                if c < best[k][j]:
+                    best[k][j], cut[k][j] = c, i
+    k = min(range(1, most + 1), key=lambda k: best[k][n]) if n else 0
+    runs, j = [], n
+    while k:
+        i = cut[k][j]
+        runs.append(sorted(order[i:j]))
+        j, k = i, k - 1
+    return runs[::-1]
+
+
+def fork_cache(cache: Any) -> Any:
+    """A copy of the KV/recurrent cache ``cache`` whose layers can be reordered and extended without touching
+    ``cache``: its layer objects and their containers (a Mamba layer's dict of states) are copied, the
+    tensors are shared (a reorder replaces them, it never writes into them)."""
+    twin = copy.copy(cache)
+    twin.layers = []
+    for layer in cache.layers:
+        new = copy.copy(layer)
+        for name, value in vars(layer).items():
+            if isinstance(value, dict | list):
+                setattr(new, name, copy.copy(value))
+        twin.layers.append(new)
+    return twin

@@ -60,6 +60,43 @@ def test_shared_prompt_forward_equals_the_unshared_forward(family):
         assert float((grad - shared_grads[name]).abs().max()) <= 1e-4 * float(grad.abs().max()) + 1e-8, name
 
 
+@pytest.mark.parametrize("family", ["llama", "nemotron_h"])
+def test_responses_continued_in_runs_of_similar_length_equal_the_unshared_forward(family, monkeypatch):
+    """Continued in length runs ({1, 2, 3} and {11, 12, 14} tokens here: each run from its own fork of the prompt
+    cache), the shared forward still gives the unshared log-probs and gradients, and the prompt cache itself is
+    left as it was. NemotronH's Mamba states fork too (its router tap, which keeps one run, is off here)."""
+    monkeypatch.setattr(logprobs, "BUCKET_TOKENS", 1)
+    monkeypatch.setattr(logprobs, "routers", lambda model: [])
+    lengths = [len(r) for r in RESPONSES]
+    assert sorted(sorted(lengths[i] for i in run) for run in logprobs.length_buckets(lengths)) == [[1], [2, 3],
+                                                                                                   [11, 12], [14]]
+    model = FAMILIES[family](300, seed=0, initializer_range=0.5).train()
+    batch = policy_batch(_rollouts(), list(range(len(RESPONSES))), pad_id=2)
+    (plain, plain_grads), (shared, shared_grads) = (_logprobs_and_grads(model, batch, s) for s in (False, True))
+    assert float((plain - shared).abs().max()) < 1e-4
+    for name, grad in plain_grads.items():
+        assert float((grad - shared_grads[name]).abs().max()) <= 1e-4 * float(grad.abs().max()) + 1e-8, name
+
+
+def test_a_forked_cache_leaves_the_original_as_it_was():
+    model = FAMILIES["nemotron_h"](300, seed=0).eval()
+    with torch.no_grad():
+        cache = model(torch.tensor([PROMPTS[0], PROMPTS[0]]), use_cache=True).past_key_values
+        before = [{k: v.clone() for k, v in vars(layer).items() if isinstance(v, torch.Tensor)} |
+                  {k: {i: t.clone() for i, t in v.items() if isinstance(t, torch.Tensor)}
+                   for k, v in vars(layer).items() if isinstance(v, dict)} for layer in cache.layers]
+        fork = logprobs.fork_cache(cache)
+        fork.reorder_cache(torch.tensor([1]))
+        model(torch.tensor([[30, 31, 32]]), past_key_values=fork, use_cache=True)
+    for layer, saved in zip(cache.layers, before, strict=True):
+        for name, value in saved.items():
+            now = getattr(layer, name)
+            if isinstance(value, dict):
+                assert all(torch.equal(now[i], t) for i, t in value.items()), name
+            else:
+                assert torch.equal(now, value), name
+
+
 def test_a_recurrent_cache_that_does_not_continue_runs_unshared_with_a_warning(monkeypatch):
     """Jamba's Mamba-1 torch scan restarts from a zero state on a multi-token forward: indexing its cache
     would score every response without its prompt (log-probs off by ~5 nats on this model), so the rows run
