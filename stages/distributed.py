@@ -52,14 +52,15 @@ def device(name: str) -> torch.device:
 
 def cpu_share() -> list[int]:
     """The CPU cores of this rank: the process's affinity mask cut into ``LOCAL_WORLD_SIZE`` contiguous
-    runs (torchrun and the deepspeed launcher set it; 1 without), run ``LOCAL_RANK``. With fewer cores
+    runs (torchrun's; the deepspeed launcher's ``LOCAL_SIZE``; 1 without), run ``LOCAL_RANK``. With fewer cores
     than local ranks, ranks share: rank ``r`` gets core ``r mod cores``.
 
     A rank's trainer threads and its rollout engine's binding both take this share: the engine samples
     while the trainer waits and the trainer computes while the engine idles, so each phase has every
     core of the rank and ranks never oversubscribe each other."""
     cores = sorted(os.sched_getaffinity(0))
-    local, ranks = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("LOCAL_SIZE") or "1")
     if ranks <= 1:
         return cores
     if len(cores) < ranks:

@@ -163,12 +163,14 @@ def test_torch_threads_are_restored_after_a_block_and_a_failed_stage_start(tmp_p
 @pytest.mark.parametrize(("cores", "ranks", "shares"), [
     ([0, 1], 1, [[0, 1]]), ([0, 1, 2, 3], 2, [[0, 1], [2, 3]]), ([0, 1, 2, 3, 4], 2, [[0, 1, 2], [3, 4]]),
     ([4, 6, 7], 3, [[4], [6], [7]]), ([0], 2, [[0], [0]]), ([0, 1], 4, [[0], [1], [0], [1]])])
-def test_each_local_rank_gets_its_own_contiguous_run_of_the_cores(monkeypatch, cores, ranks, shares):
+@pytest.mark.parametrize("launcher", ["LOCAL_WORLD_SIZE", "LOCAL_SIZE"])  # torchrun's, the deepspeed launcher's
+def test_each_local_rank_gets_its_own_contiguous_run_of_the_cores(monkeypatch, cores, ranks, shares, launcher):
     from stages import distributed
     from stages.vllm_engine import cpu_thread_binding
 
     monkeypatch.setattr(distributed.os, "sched_getaffinity", lambda pid: set(cores))
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv(launcher, str(ranks))
     for rank, share in enumerate(shares):
         monkeypatch.setenv("LOCAL_RANK", str(rank))
         assert distributed.cpu_share() == share
