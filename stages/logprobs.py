@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -139,7 +140,8 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
         one = partitioned(head_weight(model)) or bool(routers(getattr(model, "module", model)))
         buckets = [list(range(len(ids)))] if one else length_buckets(lengths)
         pieces, where = [], []
-        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        rank = torch.zeros(scored.shape, dtype=torch.long, device=scored.device)  # each scored token's place
+        rank[scored] = torch.arange(int(scored.sum()), device=scored.device)    # in row-major order
         for rows in buckets:
             width, at = max(1, *(lengths[i] for i in rows)), torch.tensor(rows, device=ids.device)
             cache = out.past_key_values if len(buckets) == 1 else fork_cache(out.past_key_values)
@@ -152,10 +154,10 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
                                               use_cache=True)
                 part = torch.cat([part, tail], dim=1)
             pieces.append(part[scored[at, :width]])
-            where.extend(starts[i] + j for i in rows for j in range(lengths[i]))
+            where.append(rank[at, :width][scored[at, :width]])
         hidden = torch.cat(pieces)
         if len(buckets) > 1:  # back to the rows' order
-            hidden = hidden[torch.argsort(torch.tensor(where, device=hidden.device))]
+            hidden = hidden[torch.argsort(torch.cat(where).to(hidden.device))]
     logprobs = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device)
     logprobs[scored] = head_logprobs(model, hidden, batch["response_ids"][scored], chunk, temperature,
                                      dtype=compute_dtype(model))
@@ -171,23 +173,22 @@ def length_buckets(lengths: list[int], cost: int | None = None, most: int = 4) -
     fewest padded tokens, counting ``cost`` (default :data:`BUCKET_TOKENS`) more per run (dynamic programming
     over the sorted lengths). Each run lists its rows in ascending order."""
     cost = BUCKET_TOKENS if cost is None else cost
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    sizes = [lengths[i] for i in order]
-    n, inf = len(sizes), float("inf")
-    best = [[inf] * (n + 1) for _ in range(most + 1)]  # best[k][j]: first j sorted rows in k runs
-    cut = [[0] * (n + 1) for _ in range(most + 1)]
-    best[0][0] = 0
+    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+    sizes = np.asarray(lengths, dtype=np.float64)[order]
+    n = len(sizes)
+    best = np.full((most + 1, n + 1), np.inf)  # best[k, j]: the first j sorted rows in k runs
+    cut = np.zeros((most + 1, n + 1), dtype=np.int64)
+    best[0, 0] = 0
     for k in range(1, most + 1):
-        for j in range(1, n + 1):
-            for i in range(j):
-                c = best[k - 1][i] + (j - i) * sizes[j - 1] + cost
-                if c < best[k][j]:
-                    best[k][j], cut[k][j] = c, i
-    k = min(range(1, most + 1), key=lambda k: best[k][n]) if n else 0
+        for j in range(1, n + 1):  # the last run is rows i..j-1, padded to sizes[j - 1]
+            c = best[k - 1, :j] + (j - np.arange(j)) * sizes[j - 1] + cost
+            cut[k, j] = int(np.argmin(c))
+            best[k, j] = c[cut[k, j]]
+    k = int(np.argmin(best[1:, n])) + 1 if n else 0
     runs, j = [], n
     while k:
-        i = cut[k][j]
-        runs.append(sorted(order[i:j]))
+        i = int(cut[k, j])
+        runs.append(sorted(order[i:j].tolist()))
         j, k = i, k - 1
     return runs[::-1]
 
