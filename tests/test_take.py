@@ -40,6 +40,23 @@ def test_rows_come_back_in_the_asked_order_with_every_column(tmp_path, monkeypat
     assert by_row["uuid"].to_list() == ["u0321", "u0007", "u0499"] and by_row.columns == ["uuid"]
 
 
+def test_a_key_asked_twice_comes_back_twice_and_hits_are_written_in_runs_not_per_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr("common.take.WINDOW_ROWS", 37)
+    df = _table(300)
+    df.write_parquet(tmp_path / "t.parquet", row_group_size=50)
+    writes = []
+    real = pq.ParquetWriter.write_table
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", lambda self, t, *a, **k: (writes.append(len(t)),
+                                                                                  real(self, t, *a, **k))[1])
+    order = np.random.default_rng(1).permutation(300)
+    got = pl.concat(take_rows(tmp_path / "t.parquet", rows=order, batch_rows=7))
+    assert got["uuid"].to_list() == [f"u{i:04d}" for i in order]
+    # 9 flushes of >= 37 rows into <= 9 windows; per 7-row batch it was one write per window hit (~250)
+    assert sum(writes) == 300 and len(writes) <= 81
+    twice = pl.concat(take_rows(tmp_path / "t.parquet", pl.Series(["u0005", "u0003", "u0005"]), columns=["uuid"]))
+    assert twice["uuid"].to_list() == ["u0005", "u0003", "u0005"]
+
+
 def test_a_missing_key_or_a_key_the_file_repeats_is_an_error_not_a_lost_or_extra_row(tmp_path):
     df = _table(10)
     df.write_parquet(tmp_path / "t.parquet")
