@@ -14,7 +14,8 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
    ``trl.GRPOTrainer`` (``use_vllm=False``, ``beta=0``, one generation per step; ``bf16`` as ``--dtype``).
    Dynamic filtering and truncation masking are off in ours so both train on every response. Median
    seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times and prints the
-   ratio's min / median / max and where our step's time goes (sampling, reward, backward + AdamW, weight push).
+   ratio's min / median / max and where our step's time goes (sampling, reward, backward + AdamW, weight push),
+   and each side's model work (:func:`step_work`): their ratio is the time ratio at equal FLOP rates.
 2. SFT forward+backward+AdamW over the same real SFT conversations (ChatML, SmolLM2 tokenizer,
    assistant-only labels): packed into rows of ``--pack-length`` tokens (best-fit decreasing,
    document-local causal mask) against batches of ``--batch`` conversations padded to their
@@ -86,10 +87,12 @@ def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[dict[str, flo
     GRPOStage(cfg, environment=env).run(cfg.datasets, model_dir)
     import csv
 
-    return [{k: float(r[k]) for k in PHASES} for r in csv.DictReader((work / "p" / f"bench_{engine}.csv").open())][1:]
+    return [{k: float(r[k]) for k in (*PHASES, "response_tokens")}
+            for r in csv.DictReader((work / "p" / f"bench_{engine}.csv").open())][1:]
 
 
-def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
+def trl(tok, model_dir: Path, work: Path, a) -> tuple[list[float], float]:
+    """TRL's seconds per step after the warm-up step, and its mean completion length (tokens)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
@@ -108,7 +111,35 @@ def trl(tok, model_dir: Path, work: Path, a) -> list[float]:
                           reward_funcs=[lambda completions, **kw: [reward(c[0]["content"]) for c in completions]],
                           args=args, train_dataset=ds, callbacks=[timer])
     trainer.train()
-    return timer.times[1:]
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    return timer.times[1:], statistics.mean(lengths[1:])
+
+
+def step_work(prompt_tokens: list[int], group: int, response: float, shared: bool, prompt_cost: float) -> float:
+    """A GRPO step's model work in forward-token equivalents (a token's forward costs ~2N FLOPs for N
+    parameters, its backward ~4N: Kaplan et al. 2020, sec. 2.1), attention ignored: sampling prefills
+    the prompts and decodes ``group`` responses of ``response`` tokens (mean) per prompt, and training
+    runs forward + backward (3) over the trained rows. A prompt token costs ``prompt_cost`` of a
+    response token (:func:`prompt_cost`: both sides skip the LM head on prompt tokens). ``shared``:
+    ours, where each prompt is prefilled once (vLLM's ``n`` samples of one request) and forwarded once
+    per step (the prompt-shared forward); else TRL's, where each of the ``group`` rows repeats its prompt
+    in generate and in training."""
+    prompts = sum(prompt_tokens) * (1 if shared else group) * prompt_cost
+    responses = len(prompt_tokens) * group * response
+    return prompts + responses + 3 * (prompts + responses)
+
+
+def prompt_cost(model_dir: Path) -> float:
+    """The body's share of a token's matmul parameters, (N - embedding) / (N - embedding + LM head): the
+    cost of a token whose logits are not computed, relative to one whose are."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    body = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
+    head = model.get_output_embeddings().weight.numel()
+    if model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+        body -= head  # an untied head is among the parameters
+    return body / (body + head)
 
 
 def sft_docs(tok, rows: int, max_len: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -205,14 +236,16 @@ def grpo_table(tok, a, console: Console) -> None:
             work = Path(tmp)
             model = bench_model(tok, a, work / "model")
             ours_rows = {engine: ours(tok, work / "model", work, a, engine) for engine in a.engines}
-            runs.append((ours_rows, trl(tok, work / "model", work, a), load_note()))
+            trl_t, trl_len = trl(tok, work / "model", work, a)
+            runs.append((ours_rows, trl_t, load_note(), trl_len))
+            cost = prompt_cost(work / "model")
     t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, {model}, "
                     f"{a.dtype}, {a.steps} timed steps; {a.threads} core(s) each side (ours: trainer threads and "
                     f"vLLM binding, by phase; TRL: torch threads)")
     for col in ("run", "implementation", "median s/step", "min s/step", "max s/step", "ours / TRL", "load after"):
         t.add_column(col, justify="left" if col in ("implementation", "load after") else "right")
     ratios: dict[str, list[float]] = {engine: [] for engine in a.engines}
-    for run, (ours_rows, trl_t, load) in enumerate(runs, 1):
+    for run, (ours_rows, trl_t, load, _) in enumerate(runs, 1):
         trl_med = statistics.median(trl_t)
         for engine, rows in ours_rows.items():
             times = [r["step_s"] for r in rows]
@@ -223,10 +256,20 @@ def grpo_table(tok, a, console: Console) -> None:
     console.print(t)
     for engine in a.engines:
         console.print(f"ours ({engine}) / TRL over {a.repeat} runs: {ratio_summary(ratios[engine])}")
-        parts = {k: statistics.median(r[k] for rows, _, _ in runs for r in rows[engine]) for k in PHASES}
+        parts = {k: statistics.median(r[k] for rows, *_ in runs for r in rows[engine]) for k in (*PHASES, "response_tokens")}
         console.print(f"  median per step: sampling {parts['generate_s']:.2f} s, reward {parts['score_s']:.2f} s, "
                       f"backward + AdamW {parts['train_s']:.2f} s, weight push {parts['sync_s']:.2f} s "
                       f"(step {parts['step_s']:.2f} s)")
+        prompt_tokens = [len(tok(tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                         add_generation_prompt=True), add_special_tokens=False).input_ids)
+                         for p in PROMPTS[:a.prompts]]
+        trl_len = statistics.median(r[3] for r in runs)
+        ours_w = step_work(prompt_tokens, a.group, parts["response_tokens"], True, cost)
+        trl_w = step_work(prompt_tokens, a.group, trl_len, False, cost)
+        console.print(f"  model work per step (forward-token equivalents; prompts {prompt_tokens} tokens, mean "
+                      f"response ours {parts['response_tokens']:.1f}, TRL {trl_len:.1f}; a prompt token costs "
+                      f"{cost:.2f} of a response token): ours {ours_w:,.0f}, "
+                      f"TRL {trl_w:,.0f}, ratio {ours_w / trl_w:.2f}: the time ratio at equal FLOP rates")
 
 
 def spread(times: list[float]) -> tuple[str, str, str]:
