@@ -20,7 +20,7 @@ from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 from stages import distributed
 from stages.lm_head import final_hidden_states, head_logprobs, head_weight, model_device, partitioned
-from stages.moe import routers
+from stages.moe import forward_rows, routers
 from stages.rollout import Rollouts
 from stages.train_engine import compute_dtype, recomputes_layers
 
@@ -101,9 +101,9 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
     ``[B, P + R]`` (up to float reassociation), on ``U * P + B * R`` tokens instead of ``B * (P + R)``.
     The responses continue in runs of similar length (:func:`length_buckets`; each run from its own fork of
     the prompt cache, :func:`fork_cache`), so ``R`` is each run's longest response, not the batch's: the
-    padding of short responses is not computed. MoE models (one recorded forward per micro-batch for the
-    router tap, :class:`stages.moe.RouterTap`) and ZeRO-3 (every rank must make the same module calls)
-    continue in one run.
+    padding of short responses is not computed; an MoE model's router tap (:class:`stages.moe.RouterTap`)
+    is told each run's rows (:func:`stages.moe.forward_rows`). ZeRO-3 (every rank must make the same module
+    calls) continues in one run.
     Hybrid caches share too (attention keys/values and Mamba conv/SSM states indexed alike) where
     :func:`can_share_prompts` says so; other models run unshared.
     A model that recomputes its layers in the backward (activation checkpointing in training mode,
@@ -137,8 +137,7 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
         head, out = final_hidden_states(model, input_ids=prompts, attention_mask=mask[first, :p_w],
                                         position_ids=pos[first, :p_w], use_cache=True)
         lengths = scored.sum(1).tolist()
-        one = partitioned(head_weight(model)) or bool(routers(getattr(model, "module", model)))
-        buckets = [list(range(len(ids)))] if one else length_buckets(lengths)
+        buckets = [list(range(len(ids)))] if partitioned(head_weight(model)) else length_buckets(lengths)
         pieces, where = [], []
         rank = torch.zeros(scored.shape, dtype=torch.long, device=scored.device)  # each scored token's place
         rank[scored] = torch.arange(int(scored.sum()), device=scored.device)    # in row-major order
@@ -148,10 +147,11 @@ def response_logprobs(model: Callable[..., Any], batch: dict[str, torch.Tensor],
             cache.reorder_cache(inverse[at])  # every layer: keys/values and recurrent (Mamba conv, SSM) states
             part = head[inverse[at], -1:]  # scores each response's first token
             if width > 1:
-                tail, _ = final_hidden_states(model, input_ids=ids[at, p_w:p_w + width - 1],
-                                              attention_mask=mask[at, :p_w + width - 1],
-                                              position_ids=pos[at, p_w:p_w + width - 1], past_key_values=cache,
-                                              use_cache=True)
+                with forward_rows(at):
+                    tail, _ = final_hidden_states(model, input_ids=ids[at, p_w:p_w + width - 1],
+                                                  attention_mask=mask[at, :p_w + width - 1],
+                                                  position_ids=pos[at, p_w:p_w + width - 1], past_key_values=cache,
+                                                  use_cache=True)
                 part = torch.cat([part, tail], dim=1)
             pieces.append(part[scored[at, :width]])
             where.append(rank[at, :width][scored[at, :width]])

@@ -39,12 +39,27 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch import nn
 
 from stages import distributed
+
+_FORWARD_ROWS: ContextVar[torch.Tensor | None] = ContextVar("forward_rows", default=None)
+
+
+@contextmanager
+def forward_rows(rows: torch.Tensor) -> Iterator[None]:
+    """The forwards run inside compute rows ``rows`` (int64 ``[n]``, positions in the micro-batch) of the
+    micro-batch, in that order: how :meth:`RouterTap.take` assigns a continuation forward over some rows
+    (a length run of :func:`stages.logprobs.response_logprobs`) to them."""
+    token = _FORWARD_ROWS.set(rows)
+    try:
+        yield
+    finally:
+        _FORWARD_ROWS.reset(token)
 
 
 def routers(module: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -116,7 +131,7 @@ class RouterTap:
         self.experts = [getattr(m, "num_experts", None) or m.out_features for _, m in self.routers]
         self.counts = [torch.zeros(e, dtype=torch.int64) for e in self.experts]
         self._armed, self._real = False, None
-        self._forwards: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[Any]]] = []
+        self._forwards: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[Any], torch.Tensor | None]] = []
         index = _output_index(module)
         self._handles = [m.register_forward_hook(self._hook(i, index)) for i, (_, m) in enumerate(self.routers)]
         self._handles.append(module.base_model.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
@@ -133,7 +148,7 @@ class RouterTap:
             real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask[:, -ids.shape[1]:].bool()
         pos = kwargs.get("position_ids")
         pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids) if pos is None else pos
-        self._forwards.append((ids, real.to(ids.device), pos, [None] * len(self.routers)))
+        self._forwards.append((ids, real.to(ids.device), pos, [None] * len(self.routers), _FORWARD_ROWS.get()))
 
     def _hook(self, layer: int, index: int) -> Any:
         def hook(_m: nn.Module, _args: tuple, out: Any) -> None:
@@ -171,9 +186,10 @@ class RouterTap:
         padding micro-batch). ``last``: int ``[B]``, a position id per row whose token the loss leaves out
         (a response's last token, which only is a target: the prompt-shared forward never runs it).
 
-        A recorded forward over fewer rows than ``input_ids`` (``[B, T]``, the micro-batch's full rows)
-        ran its distinct prompts (the prompt-shared forward of :func:`stages.logprobs.response_logprobs`):
-        row ``b`` takes the recorded row equal to its first columns.
+        A recorded forward run inside :func:`forward_rows` belongs to those rows (a length run of the
+        prompt-shared forward of :func:`stages.logprobs.response_logprobs`); any other over fewer rows than
+        ``input_ids`` (``[B, T]``, the micro-batch's full rows) ran its distinct prompts: row ``b`` takes the
+        recorded row equal to its first columns.
 
         Returns:
             float32 ``[B]`` with a graph (``load_balancing_loss_func`` per row over its real tokens), or
@@ -184,15 +200,17 @@ class RouterTap:
         """
         forwards, self._forwards = self._forwards, []
         per_row: list[list[list[torch.Tensor]]] = [[[] for _ in self.routers] for _ in range(len(input_ids))]
-        for ids, real, pos, calls in forwards:
+        for ids, real, pos, calls, rows_of in forwards:
             if any(c is None for c in calls):
                 raise RuntimeError(f"RouterTap: a forward called {sum(c is not None for c in calls)} of "
                                    f"{len(calls)} routers")
-            if len(ids) == len(input_ids):
-                rows = torch.arange(len(ids))
+            if rows_of is not None:  # (micro-batch row, recorded row) pairs
+                pairs = list(zip(rows_of.tolist(), range(len(ids)), strict=True))
+            elif len(ids) == len(input_ids):
+                pairs = [(b, b) for b in range(len(ids))]
             else:  # the distinct prompts: the recorded row each full row starts with
                 same = (input_ids[:, None, :ids.shape[1]].to(ids.device) == ids[None]).all(-1)
-                rows = same.float().argmax(1).cpu()
+                pairs = list(enumerate(same.float().argmax(1).tolist()))
             flat = real.reshape(-1)
             for layer, (logits, chosen) in enumerate(calls):
                 if count:
@@ -200,7 +218,7 @@ class RouterTap:
                 if self.balancing_loss is None:
                     continue
                 by_row = logits.view(*real.shape, -1)
-                for b, r in enumerate(rows.tolist()):
+                for b, r in pairs:
                     keep = real[r] if last is None else real[r] & (pos[r] != last[b].to(pos.device))
                     per_row[b][layer].append(by_row[r][keep])
         if self.balancing_loss is None:

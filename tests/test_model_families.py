@@ -60,13 +60,12 @@ def test_shared_prompt_forward_equals_the_unshared_forward(family):
         assert float((grad - shared_grads[name]).abs().max()) <= 1e-4 * float(grad.abs().max()) + 1e-8, name
 
 
-@pytest.mark.parametrize("family", ["llama", "nemotron_h"])
+@pytest.mark.parametrize("family", ["llama", "nemotron_h", "qwen3_moe", "granitemoehybrid"])
 def test_responses_continued_in_runs_of_similar_length_equal_the_unshared_forward(family, monkeypatch):
     """Continued in length runs ({1, 2, 3} and {11, 12, 14} tokens here: each run from its own fork of the prompt
     cache), the shared forward still gives the unshared log-probs and gradients, and the prompt cache itself is
-    left as it was. NemotronH's Mamba states fork too (its router tap, which keeps one run, is off here)."""
+    left as it was. NemotronH's and GraniteMoeHybrid's Mamba states fork too; the MoE routers see each run."""
     monkeypatch.setattr(logprobs, "BUCKET_TOKENS", 1)
-    monkeypatch.setattr(logprobs, "routers", lambda model: [])
     lengths = [len(r) for r in RESPONSES]
     assert sorted(sorted(lengths[i] for i in run) for run in logprobs.length_buckets(lengths)) == [[1], [2, 3],
                                                                                                    [11, 12], [14]]

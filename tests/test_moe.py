@@ -138,6 +138,40 @@ def test_aux_of_a_prompt_shared_forward_equals_the_unshared_one():
     tap.close()
 
 
+def test_aux_loss_load_and_gradients_of_length_runs_equal_the_unshared_forward(monkeypatch):
+    """Responses of 1, 2, 3, 9 and 10 tokens continue in runs ({1, 2, 2}, {3}, {9, 10}), each run a forward over
+    some rows: the router tap assigns each run's router logits to its rows (stages.moe.forward_rows), so every
+    row's auxiliary loss, the expert load and the gradient of log-probs + aux equal one unshared forward's."""
+    import stages.logprobs as logprobs
+
+    monkeypatch.setattr(logprobs, "BUCKET_TOKENS", 1)
+    model = tiny_qwen3_moe(64, initializer_range=0.5)
+    prompts = [[5, 6, 7], [8, 9]]
+    responses = [[10], [11, 12, 13], list(range(14, 23)), [23, 24], list(range(25, 35)), [35, 36]]
+    assert len(logprobs.length_buckets([len(r) for r in responses])) == 3
+    ro = Rollouts([prompts[i // 3] for i in range(6)], responses, [[0.0] * len(r) for r in responses],
+                  [False] * 6, [""] * 6, 3)
+    batch = policy_batch(ro, list(range(6)), 2)
+    tap = router_tap(model, None)
+    out = []
+    for share in (True, False):
+        model.zero_grad()
+        with tap.recording():
+            lp = response_logprobs(model, batch, share_prompts=share)
+        aux = tap.take(batch["input_ids"], last=batch["attention_mask"].sum(1) - 1)
+        (lp.sum() + aux.sum()).backward()
+        out.append((aux.detach(), tap.load(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (aux_s, load_s, grads_s), (aux_u, load_u, grads_u) = out
+    assert torch.allclose(aux_s, aux_u, atol=1e-6) and float(aux_s.min()) > 1.0
+    # real tokens the shared forwards ran: 5 prompt tokens, then each run's rows continue for its width - 1
+    # tokens (a shorter row's last token among them): {1, 2, 2} 3 x 1, {3} 2, {9, 10} 2 x 9; top-2 routing
+    assert {n: sum(v) for n, v in load_s.items()} == {n: 2 * (5 + 3 + 2 + 18) for n in load_s}
+    assert len(grads_s) == len(grads_u)
+    for a, b in zip(grads_s, grads_u, strict=True):
+        assert float((a - b).abs().max()) <= 1e-4 * float(b.abs().max()) + 1e-8
+    tap.close()
+
+
 def test_auxiliary_loss_free_router_counts_load_and_updates_its_bias_like_deepseek_v3():
     model = tiny_nemotron_h(64, initializer_range=0.5)
     with pytest.raises(ValueError, match="router_aux_loss_coef"):
