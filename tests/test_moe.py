@@ -122,12 +122,17 @@ def test_on_policy_window_one_micro_batch_of_8_equals_two_of_4():
     assert one["expert_load"] == two["expert_load"]
     assert torch.allclose(g1, g2, rtol=1e-4, atol=1e-6)
 
+def _policy_batch(prompts: list[list[int]], responses: list[list[int]]) -> dict[str, torch.Tensor]:
+    """The policy batch of ``len(responses) / len(prompts)`` rollouts per prompt, prompt-major (pad id 2)."""
+    n = len(responses) // len(prompts)
+    ro = Rollouts([prompts[i // n] for i in range(len(responses))], responses, [[0.0] * len(r) for r in responses],
+                  [False] * len(responses), [""] * len(responses), n)
+    return policy_batch(ro, list(range(len(responses))), 2)
+
+
 def test_aux_of_a_prompt_shared_forward_equals_the_unshared_one():
     model = tiny_qwen3_moe(64, initializer_range=0.5)
-    prompts, responses = [[5, 6, 7], [8, 9]], [[10, 11], [12], [13, 14, 15], [16, 17]]
-    ro = Rollouts([prompts[i // 2] for i in range(4)], responses, [[0.0] * len(r) for r in responses],
-                  [False] * 4, [""] * 4, 2)
-    batch = policy_batch(ro, list(range(4)), 2)
+    batch = _policy_batch([[5, 6, 7], [8, 9]], [[10, 11], [12], [13, 14, 15], [16, 17]])
     tap = router_tap(model, None)
     per_row = []
     for share in (True, False):
@@ -149,9 +154,7 @@ def test_aux_loss_load_and_gradients_of_length_runs_equal_the_unshared_forward(m
     prompts = [[5, 6, 7], [8, 9]]
     responses = [[10], [11, 12, 13], list(range(14, 23)), [23, 24], list(range(25, 35)), [35, 36]]
     assert len(logprobs.length_buckets([len(r) for r in responses])) == 3
-    ro = Rollouts([prompts[i // 3] for i in range(6)], responses, [[0.0] * len(r) for r in responses],
-                  [False] * 6, [""] * 6, 3)
-    batch = policy_batch(ro, list(range(6)), 2)
+    batch = _policy_batch(prompts, responses)
     tap = router_tap(model, None)
     out = []
     for share in (True, False):
