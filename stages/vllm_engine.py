@@ -18,6 +18,7 @@ they are comparable with the trainer's ``log_softmax(logits / T)``.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -29,6 +30,26 @@ import torch
 from stages import distributed
 from stages.rollout import Rollouts, SamplingConfig, prompt_seeds, stop_tokens, trim
 from stages.weight_push import WeightFile, weight_tensors
+
+
+class NarrowingNotice(logging.Filter):
+    """Drops vLLM's per-tensor warning "Attempted to load weight ... with dtype X into parameter with dtype
+    Y" (an in-process engine's) when Y is an engine dtype this package asked for (``vllm.dtype``, added to
+    ``asked``; e.g. a float32 checkpoint served in bfloat16: 122 lines for SmolLM2-135M). Any other
+    mismatch still warns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[torch.dtype] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        asked = (str(record.msg).startswith("Attempted to load weight") and len(args) == 3
+                 and args[2] in self.asked and args[1] in (torch.float32, torch.float16, torch.bfloat16))
+        return not asked
+
+
+NARROWING = NarrowingNotice()
 
 
 def cpu_thread_binding() -> str:
@@ -111,6 +132,9 @@ class VLLMRolloutEngine:
         if opts.max_model_len is not None:
             kwargs["max_model_len"] = opts.max_model_len
         kwargs.update(opts.extra)
+        if isinstance(getattr(torch, opts.dtype, None), torch.dtype):
+            NARROWING.asked.add(getattr(torch, opts.dtype))
+            logging.getLogger("vllm.model_executor.models.utils").addFilter(NARROWING)
         previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if opts.multiprocessing else "0"
         try:

@@ -287,3 +287,30 @@ def test_mopd_steps_end_to_end_on_the_vllm_engine(tmp_path, smollm2_dir, dtype, 
     assert all(float(r["logprob_diff"]) < tolerance for r in rows)
     assert json.loads(result.metrics.read_text())["counts"].get("skipped_steps", 0) == 0
     assert _engine_processes() <= before  # the stage's engine was shut down
+
+
+@needs_vllm
+def test_vllm_per_tensor_narrowing_warning_is_dropped_only_for_the_dtype_asked_for():
+    """vLLM warns once per tensor when a float32 checkpoint loads into the bfloat16 engine the params ask for
+    (122 lines for SmolLM2); that one notice is dropped, any other mismatch still warns. The message is vLLM's
+    own format string (read from its source, so an upgrade that rewords it fails here)."""
+    import inspect
+    import logging
+
+    import vllm.model_executor.models.utils as vllm_utils
+
+    from stages.vllm_engine import NarrowingNotice
+
+    fmt = "Attempted to load weight %s with dtype %s into "
+    assert fmt in inspect.getsource(vllm_utils)
+    notice = NarrowingNotice()
+    notice.asked.add(torch.bfloat16)
+
+    def record(msg, *args):
+        return logging.LogRecord("vllm.model_executor.models.utils", logging.WARNING, "", 0, msg, args, None)
+
+    full = fmt + "parameter with dtype %s"
+    assert not notice.filter(record(full, "lm_head.weight", torch.float32, torch.bfloat16))
+    assert notice.filter(record(full, "lm_head.weight", torch.float32, torch.float16))  # not asked for
+    assert notice.filter(record(full, "lm_head.weight", torch.int8, torch.bfloat16))    # a quantized tensor
+    assert notice.filter(record("Some other warning %s", "x"))
