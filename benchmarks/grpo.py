@@ -13,7 +13,8 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
    batch and lengths: ``stages.grpo.GRPOStage`` (rollouts on each of ``--engines``) against
    ``trl.GRPOTrainer`` (``use_vllm=False``, ``beta=0``, one generation per step; ``bf16`` as ``--dtype``).
    Dynamic filtering and truncation masking are off in ours so both train on every response. Median
-   seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times and prints the
+   seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times, each pair in a
+   fresh process (in one process our step grew slower run after run, 7.0 -> 8.3 -> 9.0 s), and prints the
    ratio's min / median / max and where our step's time goes (sampling, reward, backward + AdamW, weight push),
    and each side's model work (:func:`step_work`): their ratio is the time ratio at equal FLOP rates.
 2. SFT forward+backward+AdamW over the same real SFT conversations (ChatML, SmolLM2 tokenizer,
@@ -43,7 +44,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.trl_timer import ratio_summary, use_cores
+from benchmarks.trl_timer import fresh_runs, ratio_summary, use_cores
 
 REPO = Path(__file__).resolve().parents[1]
 ASSET = REPO / "data" / "assets" / "SmolLM2-135M-Instruct"
@@ -229,23 +230,31 @@ def bench_model(tok, a, path: Path, seed: int = 0, hidden: int | None = None) ->
     return Path(a.model).name
 
 
+def grpo_pair(a) -> tuple[dict[str, list[dict[str, float]]], list[float], str, float, float, str]:
+    """One run of each side on a fresh copy of the model: ({engine: our step rows}, TRL step seconds, the
+    load average after, TRL's mean completion length, :func:`prompt_cost`, the model's description)."""
+    from transformers import AutoTokenizer
+
+    use_cores(a.threads)
+    tok = AutoTokenizer.from_pretrained(ASSET)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = bench_model(tok, a, work / "model")
+        ours_rows = {engine: ours(tok, work / "model", work, a, engine) for engine in a.engines}
+        trl_t, trl_len = trl(tok, work / "model", work, a)
+        return ours_rows, trl_t, load_note(), trl_len, prompt_cost(work / "model"), model
+
+
 def grpo_table(tok, a, console: Console) -> None:
-    runs = []  # per repeat: ({engine: step rows}, TRL step seconds, load average after the pair)
-    for _ in range(a.repeat):
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            model = bench_model(tok, a, work / "model")
-            ours_rows = {engine: ours(tok, work / "model", work, a, engine) for engine in a.engines}
-            trl_t, trl_len = trl(tok, work / "model", work, a)
-            runs.append((ours_rows, trl_t, load_note(), trl_len))
-            cost = prompt_cost(work / "model")
+    runs = fresh_runs(grpo_pair, a, a.repeat)
+    model, cost = runs[0][5], runs[0][4]
     t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, {model}, "
                     f"{a.dtype}, {a.steps} timed steps; {a.threads} core(s) each side (ours: trainer threads and "
                     f"vLLM binding, by phase; TRL: torch threads)")
     for col in ("run", "implementation", "median s/step", "min s/step", "max s/step", "ours / TRL", "load after"):
         t.add_column(col, justify="left" if col in ("implementation", "load after") else "right")
     ratios: dict[str, list[float]] = {engine: [] for engine in a.engines}
-    for run, (ours_rows, trl_t, load, _) in enumerate(runs, 1):
+    for run, (ours_rows, trl_t, load, *_) in enumerate(runs, 1):
         trl_med = statistics.median(trl_t)
         for engine, rows in ours_rows.items():
             times = [r["step_s"] for r in rows]

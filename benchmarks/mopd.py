@@ -19,9 +19,10 @@ and a bf16 vllm sampler; TRL: ``bf16=True``, accelerate's autocast):
   full vocabulary, chunked), gradient checkpointing off, each prompt repeated
   ``rollouts`` times in one batch (TRL samples one completion per row).
 
-Median seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times and prints
-the ratio's min / median / max. ``--threads N``: each side's core budget (default: every core; the process
-is pinned to its first N cores, torch gets N threads, ours binds its vllm engine to the same cores).
+Median seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times (each in a
+fresh process) and prints the ratio's min / median / max. ``--threads N``: each side's core budget (default:
+every core; the process is pinned to its first N cores, torch gets N threads, ours binds its vllm engine to
+the same cores).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.grpo import ASSET, PROMPTS, bench_model, load_note, spread
-from benchmarks.trl_timer import ratio_summary, use_cores
+from benchmarks.trl_timer import fresh_runs, ratio_summary, use_cores
 
 
 def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, float]]:
@@ -85,6 +86,21 @@ def trl(tok, model_dir: Path, teacher_dir: Path, work: Path, a) -> list[float]:
     return timer.times[1:]
 
 
+def mopd_pair(a) -> tuple[list[dict[str, float]], list[float], str, str, str]:
+    """One run of each side on fresh models: (our step rows, TRL step seconds, the load average after, the
+    student's and the teacher's descriptions)."""
+    from transformers import AutoTokenizer
+
+    use_cores(a.threads)
+    tok = AutoTokenizer.from_pretrained(ASSET)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        student = bench_model(tok, a, work / "student", 0, a.hidden)
+        teacher = bench_model(tok, a, work / "teacher", 1, 2 * a.hidden)
+        ours_rows = ours(work / "student", work / "teacher", work, a)
+        return ours_rows, trl(tok, work / "student", work / "teacher", work, a), load_note(), student, teacher
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=5)
@@ -99,18 +115,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="ours/TRL pairs run one after the other")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="both trainers' precision")
     a = ap.parse_args()
-    from transformers import AutoTokenizer
-
-    use_cores(a.threads)
-    tok = AutoTokenizer.from_pretrained(ASSET)
-    runs = []  # per repeat: (our step rows, TRL step seconds, load average after the pair)
-    for _ in range(a.repeat):
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            student = bench_model(tok, a, work / "student", 0, a.hidden)
-            teacher = bench_model(tok, a, work / "teacher", 1, 2 * a.hidden)
-            ours_rows = ours(work / "student", work / "teacher", work, a)
-            runs.append((ours_rows, trl(tok, work / "student", work / "teacher", work, a), load_note()))
+    runs = fresh_runs(mopd_pair, a, a.repeat)  # per repeat: (our step rows, TRL step seconds, load after the pair)
+    student, teacher = runs[0][3], runs[0][4]
     t = Table(title=f"on-policy distillation step: {a.prompts} prompts x {a.rollouts} rollouts x {a.max_new_tokens} "
                     f"new tokens; student {student}, teacher {teacher}, {a.dtype}, ours on the {a.engine} engine; "
                     f"{a.steps} timed steps; {a.threads} core(s) each side")
@@ -118,7 +124,7 @@ def main() -> None:
                 "load after"):
         t.add_column(col, justify="left" if col in ("implementation", "objective", "load after") else "right")
     ratios = []
-    for run, (ours_rows, trl_t, load) in enumerate(runs, 1):
+    for run, (ours_rows, trl_t, load, *_) in enumerate(runs, 1):
         ours_t = [r["step_s"] for r in ours_rows]
         ratios.append(statistics.median(ours_t) / statistics.median(trl_t))
         t.add_row(str(run), "cascade-rl stages.mopd", "sampled-token reverse KL, ICE-POP", *spread(ours_t),
@@ -127,7 +133,7 @@ def main() -> None:
     console = Console(width=180)
     console.print(t)
     console.print(f"ours / TRL over {a.repeat} runs: {ratio_summary(ratios)}")
-    rows = [r for ours_rows, _, _ in runs for r in ours_rows]
+    rows = [r for ours_rows, *_ in runs for r in ours_rows]
     step, gen, teach, sync = (statistics.median(r[k] for r in rows) for k in ("step_s", "generate_s", "teacher_s",
                                                                              "sync_s"))
     console.print(f"ours, median per step: sampling {gen:.3f} s, teacher scoring {teach:.3f} s, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -22,6 +23,20 @@ def use_cores(n: int) -> None:
         raise ValueError(f"--threads must be between 1 and {len(cores)} (this process's cores), got {n}")
     os.sched_setaffinity(0, cores[:n])
     torch.set_num_threads(n)
+
+
+def fresh_runs(fn: Callable[[Any], Any], arg: Any, n: int) -> list[Any]:
+    """``[fn(arg)]`` ``n`` times, each call in a fresh spawned process, one after the other: no engine, thread
+    pool or allocator state of one run is left to slow the next. ``fn`` must be a module-level function and
+    ``arg`` and the results picklable."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = []
+    for _ in range(n):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            out.append(pool.submit(fn, arg).result())
+    return out
 
 
 def ratio_summary(ratios: list[float]) -> str:
