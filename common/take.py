@@ -8,8 +8,10 @@ partitioned ``COPY``, ran out of its memory limit on wide nested rows: they do n
 The pass costs O(log n) per row read, not O(n) per batch: each batch's keys are looked up by binary
 search in the sorted wanted keys (a hash join of every batch against all n wanted keys made a
 256-row-batch pass quadratic), and hits are scattered to the windows' files in runs of
-``WINDOW_ROWS`` rows or ``FLUSH_BYTES`` (a random order would otherwise write a row group per window
-per batch: ~1.3M row groups for 2.8M rows).
+``WINDOW_ROWS`` rows, or sooner once the batches they came from reach ``FLUSH_BYTES`` (a hit's strings
+are views into its batch, so a sparse take held 20,000 hits from up to 20,000 whole batches: build at
+64x peaked at 10.2 GB); a random order would otherwise write a row group per window per batch (~1.3M
+row groups for 2.8M rows).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from common.io import scratch
 
 BATCH_ROWS = 10_000
 WINDOW_ROWS = 20_000  # rows sorted at once
-FLUSH_BYTES = 256 << 20  # hits held before they are scattered to the windows' files
+FLUSH_BYTES = 256 << 20  # bytes of the read batches whose hits are held before they are scattered
 
 
 def _matches(sorted_keys: pl.Series, keys: pl.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -82,8 +84,8 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
                     continue
                 hit = frame[at].with_columns(pl.Series("_pos", order[idx]))
                 found += len(hit)
-                pending.append(hit)
-                held, held_bytes = held + len(hit), held_bytes + hit.estimated_size()
+                pending.append(hit)  # its strings are views into the batch's buffers: it keeps the batch alive
+                held, held_bytes = held + len(hit), held_bytes + batch.nbytes
                 if held >= WINDOW_ROWS or held_bytes >= FLUSH_BYTES:
                     scatter()
                     held = held_bytes = 0

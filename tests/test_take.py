@@ -57,6 +57,22 @@ def test_a_key_asked_twice_comes_back_twice_and_hits_are_written_in_runs_not_per
     assert twice["uuid"].to_list() == ["u0005", "u0003", "u0005"]
 
 
+def test_a_sparse_take_flushes_once_its_hits_hold_flush_bytes_of_batches(tmp_path, monkeypatch):
+    """One hit per 10-row batch: the hits keep their batches' buffers alive, so they are scattered once those
+    batches reach FLUSH_BYTES (here about two batches), not after WINDOW_ROWS hits (build at 64x: 10.2 GB)."""
+    df = _table(300)
+    df.write_parquet(tmp_path / "t.parquet", row_group_size=10)
+    batch_bytes = pq.ParquetFile(tmp_path / "t.parquet").read_row_group(0).nbytes
+    monkeypatch.setattr("common.take.FLUSH_BYTES", 2 * batch_bytes)
+    writes = []
+    real = pq.ParquetWriter.write_table
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", lambda self, t, *a, **k: (writes.append(len(t)),
+                                                                                  real(self, t, *a, **k))[1])
+    got = pl.concat(take_rows(tmp_path / "t.parquet", rows=np.arange(0, 300, 10)[::-1], batch_rows=10))
+    assert got["uuid"].to_list() == [f"u{i:04d}" for i in range(290, -1, -10)]
+    assert sum(writes) == 30 and len(writes) >= 10  # 30 batches, a flush every 2 or 3 (one window)
+
+
 def test_a_missing_key_or_a_key_the_file_repeats_is_an_error_not_a_lost_or_extra_row(tmp_path):
     df = _table(10)
     df.write_parquet(tmp_path / "t.parquet")
