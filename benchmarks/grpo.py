@@ -263,18 +263,19 @@ def grpo_table(tok, a, console: Console) -> None:
                       f"{ratios[engine][-1]:.2f}", load)
         t.add_row(str(run), "trl.GRPOTrainer (HF generate)", *spread(trl_t), "", load)
     console.print(t)
+    prompt_tokens = [len(tok(tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                     add_generation_prompt=True), add_special_tokens=False).input_ids)
+                     for p in PROMPTS[:a.prompts]]
+    trl_len = statistics.median(r[3] for r in runs)
+    trl_w = step_work(prompt_tokens, a.group, trl_len, False, cost)
     for engine in a.engines:
         console.print(f"ours ({engine}) / TRL over {a.repeat} runs: {ratio_summary(ratios[engine])}")
-        parts = {k: statistics.median(r[k] for rows, *_ in runs for r in rows[engine]) for k in (*PHASES, "response_tokens")}
+        parts = {k: statistics.median(r[k] for rows, *_ in runs for r in rows[engine])
+                 for k in (*PHASES, "response_tokens")}
         console.print(f"  median per step: sampling {parts['generate_s']:.2f} s, reward {parts['score_s']:.2f} s, "
                       f"backward + AdamW {parts['train_s']:.2f} s, weight push {parts['sync_s']:.2f} s "
                       f"(step {parts['step_s']:.2f} s)")
-        prompt_tokens = [len(tok(tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                         add_generation_prompt=True), add_special_tokens=False).input_ids)
-                         for p in PROMPTS[:a.prompts]]
-        trl_len = statistics.median(r[3] for r in runs)
         ours_w = step_work(prompt_tokens, a.group, parts["response_tokens"], True, cost)
-        trl_w = step_work(prompt_tokens, a.group, trl_len, False, cost)
         console.print(f"  model work per step (forward-token equivalents; prompts {prompt_tokens} tokens, mean "
                       f"response ours {parts['response_tokens']:.1f}, TRL {trl_len:.1f}; a prompt token costs "
                       f"{cost:.2f} of a response token): ours {ours_w:,.0f}, "

@@ -66,8 +66,10 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
         held = held_bytes = found = first = 0
 
         def scatter() -> None:
+            nonlocal held, held_bytes
             hits = pl.concat(pending).with_columns((pl.col("_pos") // WINDOW_ROWS).alias("_part"))
             pending.clear()
+            held = held_bytes = 0
             for (part,), window in hits.group_by("_part"):
                 table = window.select(*names, "_pos").to_arrow()
                 if part not in writers:
@@ -88,7 +90,6 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
                 held, held_bytes = held + len(hit), held_bytes + batch.nbytes
                 if held >= WINDOW_ROWS or held_bytes >= FLUSH_BYTES:
                     scatter()
-                    held = held_bytes = 0
             if pending:
                 scatter()
         finally:

@@ -132,8 +132,9 @@ class VLLMRolloutEngine:
         if opts.max_model_len is not None:
             kwargs["max_model_len"] = opts.max_model_len
         kwargs.update(opts.extra)
-        if isinstance(getattr(torch, opts.dtype, None), torch.dtype):
-            NARROWING.asked.add(getattr(torch, opts.dtype))
+        self._dtype = getattr(torch, opts.dtype, None)  # None ("auto"): as the trainer holds them
+        if self._dtype is not None:
+            NARROWING.asked.add(self._dtype)
             logging.getLogger("vllm.model_executor.models.utils").addFilter(NARROWING)
         previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if opts.multiprocessing else "0"
@@ -147,7 +148,6 @@ class VLLMRolloutEngine:
         self.tokenizer, self.sampling = tokenizer, sampling
         self.eos, self.pad = stop_tokens(eos_token_id, tokenizer)
         self.weights_version = 0
-        self._dtype = getattr(torch, opts.dtype, None)  # None ("auto"): as the trainer holds them
         shm = Path("/dev/shm")
         self._weights_dir = Path(tempfile.mkdtemp(prefix="cascade-weights-", dir=shm if shm.is_dir() else None))
         self._weights = WeightFile(self._weights_dir)
