@@ -2,10 +2,11 @@
 
 Replicates ``data/ingested/{sft,rl}.parquet`` N times into a scratch run directory. Copy 0 is the
 data itself; copy c > 0 gets new uuids (uuid5 of the old uuid and c) and per-copy text: after every
-fourth word of each run of lowercase words, in every message content of the row, the copy's own
-marker word is inserted (``... the answer is also ...``), so every word 5-gram of the copy is new
-and exact and near dedup keep the copy, while the language, the JSON fields and the verifier
-ground truth stay as they were. ``--mode near`` instead appends one marker word at the end of the
+fourth token (the dedup tokens of :mod:`curation.ngrams`: a run of word characters, or one CJK
+character), in every message content of the row, the copy's own marker word is inserted
+(``... the answer is also ...``, ``x = f(a) also + b``), so every word 5-gram of the copy is new
+and exact and near dedup keep the copy, code, LaTeX and JSON included, while the row's fields
+and the verifier ground truth stay as they were. ``--mode near`` instead appends one marker word at the end of the
 first message: the copies are near-duplicates of each other (clusters of N), which is what made
 near-dedup's candidate pairs grow as N^2.
 
@@ -51,6 +52,9 @@ STEPS = ("dedup", "quality", "semdedup", "decontaminate", "validate", "build", "
 MARKERS = ("also", "still", "often", "quite", "rather", "indeed", "surely", "mostly", "nearly", "simply",
            "really", "fairly", "partly", "mainly", "largely", "widely", "deeply", "highly", "gently", "openly")
 
+_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}"
+FOUR_TOKENS = rf"(?:(?:[{_CJK}]|[^\W{_CJK}]+)\W*){{4}}"  # four dedup tokens and what follows each
+
 
 def marker(copy: int) -> str:
     """The copy's marker: an English word, or two joined by a hyphen past the list's length."""
@@ -61,7 +65,7 @@ def marker(copy: int) -> str:
 def _edit(content: pl.Expr, copy: int, mode: str, first: pl.Expr) -> pl.Expr:
     if mode == "near":
         return pl.when(first).then(content + f" {marker(copy)}").otherwise(content)
-    return content.str.replace_all(r"\b([a-z]+ [a-z]+ [a-z]+ [a-z]+) ", f"$1 {marker(copy)} ")
+    return content.str.replace_all(FOUR_TOKENS, f"$0 {marker(copy)} ")
 
 
 def _messages(col: pl.Expr, copy: int, mode: str) -> pl.Expr:
@@ -140,7 +144,18 @@ def run_step(run: Path, step: str, code: Path | None, executor: str) -> dict:
     out = {"step": step, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_gb": round(peak.peak / 1e9, 2)}
     if proc.returncode:
         out["error"] = err.strip().splitlines()[-1][-300:] if err.strip() else f"exit {proc.returncode}"
+    elif step == "dedup":
+        out["near"] = dedup_stats(run / "metrics/dedup.json")
     return out
+
+
+def dedup_stats(path: Path) -> dict[str, dict[str, int]]:
+    """Per table of dedup's metrics: rows in and out, exact duplicates, and near-dedup's verified pairs,
+    largest candidate cluster and removals (whether its work grew with the rows or with the clusters)."""
+    tables = json.loads(path.read_text())["per_table"]
+    keys = ("verified_pairs", "largest_candidate_cluster", "removed")
+    return {t: {"rows_in": v["rows_in"], "rows_out": v["rows_out"], "exact": v["exact_duplicates"],
+                **{k: v["near"][k] for k in keys}} for t, v in tables.items()}
 
 
 def main() -> None:
@@ -178,7 +193,8 @@ def main() -> None:
                 r.update(scale=scale, rows=rows, mode=args.mode, executor=args.executor, threads=args.threads,
                          code=str(args.code or REPO))
                 print(f"{scale:5d} {rows:9d} {step:13} {r['wall_s']:8.1f} {r['cpu_s']:8.1f} {r['peak_rss_gb']:8.2f}"
-                      + (f"  FAILED: {r['error']}" if "error" in r else ""), flush=True)
+                      + (f"  FAILED: {r['error']}" if "error" in r else "")
+                      + "".join(f"  {t}: {v}" for t, v in r.get("near", {}).items()), flush=True)
                 if args.json:
                     with args.json.open("a") as fh:
                         fh.write(json.dumps(r) + "\n")

@@ -103,6 +103,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
                 (pl.col("domain") if near.scope == "within_domain"
                  else pl.lit("all")).alias("group"),
                 pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
+            del keys, exempt  # a row's keys and hash are not held through near-dedup
             batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
                                      cfg.workers)
             near_removed, _, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars,

@@ -54,11 +54,21 @@ class DedupAlarm(RuntimeError):
 
 @dataclass
 class Signatures:
-    """MinHash signatures of ``len(uuids)`` texts: ``values`` uint32 ``[N, num_perm]`` (-1 = no shingle)."""
+    """MinHash signatures of ``len(uuids)`` texts: ``values`` uint32 ``[N, num_perm]`` (-1 = no shingle), or
+    their :func:`band_keys` uint64 ``[N, bands]`` where :func:`compute_signatures` holds keys. ``uuids``: a
+    Utf8 series (a list is converted)."""
 
-    uuids: list[str]
+    uuids: pl.Series
     values: np.ndarray
     settings: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        self.uuids = pl.Series("uuid", self.uuids, pl.Utf8)
+
+    def check_rows(self, uuids: pl.Series, label: str) -> None:
+        """Raise ValueError unless these signatures are of ``uuids``, in that order."""
+        if len(uuids) != len(self.uuids) or (uuids.cast(pl.Utf8) != self.uuids).any():
+            raise ValueError(f"{label}: batches and meta list different rows")
 
     @classmethod
     def concat(cls, parts: list[Signatures]) -> Signatures:
@@ -71,8 +81,7 @@ class Signatures:
                         for k in parts[0].settings.keys() | p.settings.keys()
                         if parts[0].settings.get(k) != p.settings.get(k)}
                 raise ValueError(f"refusing to mix MinHash signatures made with different settings: {diff}")
-        return cls([u for p in parts for u in p.uuids], np.concatenate([p.values for p in parts]),
-                   parts[0].settings)
+        return cls(pl.concat([p.uuids for p in parts]), np.concatenate([p.values for p in parts]), parts[0].settings)
 
     def to_frame(self) -> pl.DataFrame:
         """``uuid``, ``signature`` (list[u32]) frame; the settings go in the parquet metadata."""
@@ -166,19 +175,21 @@ def band_keys(values: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 
 def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None = None, desc: str = "minhash",
-                       out: Path | None = None) -> tuple[Signatures, list[str | None], list[int]]:
+                       out: Path | None = None, keys: bool = False) -> tuple[Signatures, pl.Series, np.ndarray]:
     """Pass 1 over ``batches`` (:func:`signature_batch` on each, see :func:`map_batches`): signatures
-    of every text, the md5 of the normalized text of texts with no shingle (else None), and every
-    text's length in characters. The result depends neither on the executor nor on its workers.
+    of every text, the md5 of the normalized text of texts with no shingle (a Utf8 series, else null),
+    and every text's length in characters (int64 ``[N]``). The result depends neither on the executor
+    nor on its workers.
 
     With ``out``, the signatures are streamed to that parquet file (``uuid``, ``signature``, the
-    settings in the metadata key ``minhash``) and the returned :class:`Signatures` holds each row's
-    :func:`band_keys` instead (uint64 ``[N, bands]``, a quarter of the bytes at 16 x 8)."""
+    settings in the metadata key ``minhash``). With ``out`` or ``keys``, the returned :class:`Signatures`
+    holds each row's :func:`band_keys` instead (uint64 ``[N, bands]``, a quarter of the bytes at 16 x 8)."""
     settings = cfg.settings()
-    width = settings["bands"] if out else cfg.num_perm
-    parts: list[Signatures] = [Signatures([], np.zeros((0, width), np.uint64 if out else np.uint32), settings)]
-    short_keys: list[str | None] = []
-    lengths: list[int] = []
+    banded = keys or out is not None
+    width = settings["bands"] if banded else cfg.num_perm
+    parts = [Signatures([], np.zeros((0, width), np.uint64 if banded else np.uint32), settings)]
+    short_keys = [pl.Series("short_key", [], pl.Utf8)]
+    lengths = [np.zeros(0, np.int64)]
     bar = tqdm(total=total, desc=desc, unit="rows", disable=None, file=sys.stderr)
     empty = Signatures([], np.zeros((0, cfg.num_perm), np.uint32), settings)
     schema = empty.to_frame().to_arrow().schema.with_metadata({"minhash": json.dumps(settings)}) if out else None
@@ -186,11 +197,11 @@ def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None =
     def stream() -> Iterator[pl.DataFrame]:
         for frame in map_batches(batches, signature_batch, cfg.workers, cfg=cfg):
             values = frame["signature"].to_numpy().reshape(-1, cfg.num_perm).astype(np.uint32)
-            if out:
+            if banded:
                 values = band_keys(values, settings["bands"], settings["rows"])
-            parts.append(Signatures(frame["uuid"].to_list(), values, settings))
-            short_keys.extend(frame["short_key"].to_list())
-            lengths.extend(frame["length"].to_list())
+            parts.append(Signatures(frame["uuid"], values, settings))
+            short_keys.append(frame["short_key"])
+            lengths.append(frame["length"].to_numpy())
             bar.update(len(frame))
             yield frame.select("uuid", "signature")
 
@@ -200,21 +211,21 @@ def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None =
         for _ in stream():
             pass
     bar.close()
-    return Signatures.concat(parts), short_keys, lengths
+    return Signatures.concat(parts), pl.concat(short_keys), np.concatenate(lengths)
 
 
-def lsh_candidates(sig: Signatures, groups: np.ndarray) -> np.ndarray:
+def lsh_candidates(keys: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Candidate pairs int64 ``[C, 2]`` (i < j, sorted, unique): rows of the same group whose
-    signature bands are equal in at least one band (:func:`band_keys`). Rows with no shingle are
-    skipped. Lists every pair: for the cross-table pass, whose pairs are not near-copies of each other."""
-    keys = band_keys(sig.values, sig.settings["bands"], sig.settings["rows"])
+    :func:`band_keys` (uint64 ``[N, bands]``) are equal in at least one band. Rows with no shingle are
+    skipped. Lists every pair: for the cross-table pass, whose pairs are not near-copies of each other.
+    Memory: one band's colliding rows and pairs at a time, then the pairs."""
     idx = np.flatnonzero(keys.any(axis=1))
-    frames = [pl.DataFrame({"g": groups[idx], "b": np.full(len(idx), band, np.int32), "k": keys[idx, band], "i": idx})
-              for band in range(keys.shape[1])]
-    multi = pl.concat(frames).filter(pl.len().over("g", "b", "k") > 1)
-    pairs = (multi.join(multi, on=["g", "b", "k"], suffix="_j").filter(pl.col("i") < pl.col("i_j"))
-             .select("i", "i_j").unique().sort("i", "i_j"))
-    return pairs.to_numpy().astype(np.int64).reshape(-1, 2)
+    pairs = []
+    for band in range(keys.shape[1]):
+        multi = pl.DataFrame({"g": groups[idx], "k": keys[idx, band], "i": idx}).filter(pl.len().over("g", "k") > 1)
+        pairs.append(multi.join(multi, on=["g", "k"], suffix="_j").filter(pl.col("i") < pl.col("i_j"))
+                     .select("i", "i_j"))
+    return pl.concat(pairs).unique().sort("i", "i_j").to_numpy().astype(np.int64).reshape(-1, 2)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -235,31 +246,34 @@ def shingle_batch(frame: pl.DataFrame, cfg: MinHashConfig, wanted: pl.Series) ->
                         schema={"uuid": pl.Utf8, "shingles": pl.List(pl.UInt64), "snippet": pl.Utf8})
 
 
-def shingle_sets(batches: Batches, cfg: MinHashConfig, wanted: set[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def shingle_sets(batches: Batches, cfg: MinHashConfig, wanted: Iterable[str]
+                 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Pass 2 (:func:`shingle_batch`): sorted unique shingle sets and a text snippet of the rows in ``wanted``."""
     sets: dict[str, np.ndarray] = {}
     snippets: dict[str, str] = {}
-    for frame in map_batches(batches, shingle_batch, cfg.workers, cfg=cfg,
-                             wanted=pl.Series("uuid", sorted(wanted), pl.Utf8)):
+    uuids = wanted if isinstance(wanted, pl.Series) else pl.Series("uuid", list(wanted), pl.Utf8)
+    for frame in map_batches(batches, shingle_batch, cfg.workers, cfg=cfg, wanted=uuids.unique().sort()):
         for u, sh, t in zip(frame["uuid"], frame["shingles"], frame["snippet"], strict=True):
             sets[u] = sh.to_numpy().astype(np.uint64)
             snippets[u] = t
     return sets, snippets
 
 
-def verify(pairs: np.ndarray, uuids: list[str], sets: dict[str, np.ndarray], threshold: float) -> pl.DataFrame:
-    """Exact Jaccard of every candidate pair: ``i``, ``j``, ``jaccard``, ``edge`` (J >= threshold)."""
-    js = [jaccard(sets[uuids[i]], sets[uuids[j]]) for i, j in pairs]
+def verify(pairs: np.ndarray, uuids: Iterable[str], sets: dict[str, np.ndarray], threshold: float) -> pl.DataFrame:
+    """Exact Jaccard of every candidate pair (rows ``i``, ``j`` of ``uuids``): ``i``, ``j``, ``jaccard``, ``edge``
+    (J >= threshold)."""
+    ids = pl.Series("uuid", uuids, pl.Utf8)
+    js = [jaccard(sets[a], sets[b]) for a, b in zip(ids.gather(pairs[:, 0]), ids.gather(pairs[:, 1]), strict=True)]
     return pl.DataFrame({"i": pairs[:, 0], "j": pairs[:, 1], "jaccard": np.asarray(js, dtype=np.float64)},
                         schema={"i": pl.Int64, "j": pl.Int64, "jaccard": pl.Float64}
                         ).with_columns((pl.col("jaccard") >= threshold).alias("edge"))
 
 
-def exact_edges(short_keys: list[str | None], groups: np.ndarray) -> np.ndarray:
+def exact_edges(short_keys: Iterable[str | None], groups: np.ndarray) -> np.ndarray:
     """Edges int64 ``[E, 2]`` joining each shingle-less text to the first text of its group
     with the same normalized-text md5 (the short-text fallback)."""
-    f = pl.DataFrame({"k": short_keys, "g": groups, "i": np.arange(len(short_keys))},
-                     schema={"k": pl.Utf8, "g": pl.Utf8, "i": pl.Int64}).drop_nulls("k")
+    f = pl.DataFrame({"k": pl.Series(short_keys, dtype=pl.Utf8), "g": groups,
+                      "i": np.arange(len(short_keys), dtype=np.int64)}).drop_nulls("k")
     f = f.with_columns(pl.col("i").first().over("g", "k").alias("first")).filter(pl.col("i") != pl.col("first"))
     return f.select("first", "i").to_numpy().astype(np.int64).reshape(-1, 2)
 
@@ -282,19 +296,22 @@ def survivors(meta: pl.DataFrame, labels: np.ndarray) -> pl.DataFrame:
     return m.join(best, on="cluster", how="left", maintain_order="left")
 
 
-def check_alarms(removed: pl.DataFrame, meta: pl.DataFrame, snippets: dict[str, str], alarms: AlarmParams,
-                 label: str) -> list[str]:
+def check_alarms(removed: pl.DataFrame, clustered: pl.DataFrame, sources: pl.Series, snippets: dict[str, str],
+                 alarms: AlarmParams, label: str) -> list[str]:
     """Alarm messages: clusters with more than ``max_cluster_size`` members (shown: uuids
     and text), sources losing more than ``max_source_loss`` (a fraction) of their rows.
+    ``clustered``: ``uuid``, ``cluster`` and ``survivor`` of at least every row of a cluster of two or
+    more; ``sources``: the source of every row.
     Raises DedupAlarm with the messages when ``on_alarm`` is ``fail``."""
     out = []
-    sizes = meta.group_by("cluster").agg(pl.len().alias("n"), pl.col("uuid"), pl.col("survivor").first())
+    sizes = clustered.group_by("cluster").agg(pl.len().alias("n"), pl.col("uuid"), pl.col("survivor").first())
     for row in sizes.filter(pl.col("n") > alarms.max_cluster_size).sort("n", descending=True).iter_rows(named=True):
         shown = "\n    ".join(f"{u}: {snippets.get(u, '')!r}" for u in sorted(row["uuid"])[:8])
         out.append(f"{label}: near-duplicate cluster of {row['n']} rows > max_cluster_size "
                    f"{alarms.max_cluster_size} (survivor {row['survivor']}):\n    {shown}")
-    per = (meta.group_by("source").len().join(removed.group_by("source").len().rename({"len": "lost"}),
-                                               on="source", how="left").fill_null(0).sort("source"))
+    per = (sources.rename("source").to_frame().group_by("source").len()
+           .join(removed.group_by("source").len().rename({"len": "lost"}), on="source", how="left")
+           .fill_null(0).sort("source"))
     for row in per.iter_rows(named=True):
         if row["lost"] > alarms.max_source_loss * row["len"]:
             out.append(f"{label}: source {row['source']} loses {row['lost']}/{row['len']} rows to near-dedup "
@@ -405,11 +422,11 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
         alarms: :class:`AlarmParams`.
         verify_chars: characters of text whose shingle sets are held at once (``dedup.near.verify_chars``;
             a word 5-gram set takes ~1.5 bytes a character).
-        signatures: stream the signatures to this parquet file (:func:`compute_signatures`) and hold
-            only their band keys; the returned :class:`Signatures` then holds the keys.
+        signatures: stream the signatures to this parquet file too (:func:`compute_signatures`).
 
     Returns:
-        (removed, signatures, stats): ``removed`` has ``uuid``, ``source`` and ``reason``
+        (removed, signatures, stats): the :class:`Signatures` hold band keys; ``removed`` has ``uuid``, ``source``
+        and ``reason``
         (``near_duplicate: of <survivor> J=<exact Jaccard to it>``); ``stats`` counts LSH buckets,
         candidate clusters, verified pairs (Jaccard computed), joining pairs (verified >= threshold
         between two sets), clusters and removals.
@@ -417,13 +434,11 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     Raises:
         DedupAlarm: an alarm fired and ``on_alarm`` is ``fail``.
     """
-    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), f"minhash {label}", signatures)
-    if sig.uuids != meta["uuid"].to_list():
-        raise ValueError(f"{label}: batches and meta list different rows")
-    n = len(meta)
-    keys = sig.values if signatures else band_keys(sig.values, sig.settings["bands"], sig.settings["rows"])
+    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), f"minhash {label}", signatures, keys=True)
+    sig.check_rows(meta["uuid"], label)
+    n, keys = len(meta), sig.values
     meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
-    groups = meta["group"].cast(pl.Utf8).to_numpy()
+    groups = meta["group"].cast(pl.Utf8).rank("dense").to_numpy()  # a code per group
     buckets = lsh_buckets(keys, groups)
     short = exact_edges(short_keys, groups)
     first = buckets["members"].list.first().to_numpy()
@@ -444,15 +459,16 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     lens = buckets["members"].list.len().to_numpy().astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
     band_of = buckets["band"].to_numpy()
-    rejected: set[tuple[int, int]] = set()
     verified = joined = 0
     js: dict[str, float] = {}
     snippets: dict[str, str] = {}
     rows_of = chunk_of[candidate]
     for chunk in np.unique(chunk_of[clusters]):
         rows = np.flatnonzero(rows_of == chunk)
-        sets_u, snips = shingle_sets(batches, cfg, {sig.uuids[i] for i in rows})
-        sets = {i: sets_u.get(sig.uuids[i], np.zeros(0, np.uint64)) for i in rows}
+        wanted = sig.uuids.gather(rows)
+        sets_u, snips = shingle_sets(batches, cfg, wanted)
+        sets = {i: sets_u.get(u, np.zeros(0, np.uint64)) for i, u in zip(rows.tolist(), wanted, strict=True)}
+        rejected: set[tuple[int, int]] = set()  # a chunk's pairs: its clusters are no other chunk's
         lo, hi = np.searchsorted(chunk_of[bucket_cluster], [chunk, chunk + 1])
         ids = np.sort(order[lo:hi])  # band by band: a bucket whose rows an earlier band joined is skipped
         for band in np.unique(band_of[ids]):
@@ -475,18 +491,19 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
         for u, c in part.select("uuid", "cluster").iter_rows():
             if c in big:
                 snippets[u] = snips.get(u, "")
-    m = survivors(meta, uf.roots(np.arange(n)))
+    clustered = np.flatnonzero(counts[candidate] > 1)  # the other rows are clusters of one
+    m = survivors(meta[clustered], uf.roots(clustered))
     dup = m.filter(pl.col("uuid") != pl.col("survivor"))
     removed = (dup.with_columns(pl.Series("j", [js[u] for u in dup["uuid"]], dtype=pl.Float64).round(2))
                .with_columns(pl.format("near_duplicate: of {} J={}", "survivor", "j").alias("reason"))
                .select("uuid", "source", "reason"))
-    fired = check_alarms(removed, m, snippets, alarms, label)
-    n_clusters = m["cluster"].n_unique()
+    fired = check_alarms(removed, m, meta["source"], snippets, alarms, label)
+    n_clusters = n - len(clustered) + m["cluster"].n_unique()
     stats = {"settings": cfg.settings(), "rows": n, "lsh_buckets": len(buckets),
              "candidate_clusters": len(clusters), "largest_candidate_cluster": int(counts.max(initial=0)),
              "verified_pairs": verified, "joining_pairs": joined, "short_text_edges": len(short),
              "clusters": n_clusters, "removed": len(removed),
-             "largest_cluster": int(m.group_by("cluster").len()["len"].max() or 0), "alarms": fired}
+             "largest_cluster": int(m.group_by("cluster").len()["len"].max() or min(n, 1)), "alarms": fired}
     if len(removed) != n - n_clusters:
         raise AssertionError(f"{label}: removed {len(removed)} != rows {n} - clusters {n_clusters}")
     return removed, sig, stats
@@ -504,23 +521,21 @@ def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta
     """
     n_ref = len(ref_meta)
     meta = pl.concat([ref_meta.select("uuid", "source"), query_meta.select("uuid", "source")])
-    passes = [compute_signatures(src, cfg, len(m), desc=f"minhash {label}")
+    passes = [compute_signatures(src, cfg, len(m), desc=f"minhash {label}", keys=True)
               for src, m in ((ref, ref_meta), (query, query_meta))]
-    sig, short_keys = Signatures.concat([p[0] for p in passes]), passes[0][1] + passes[1][1]
-    if sig.uuids != meta["uuid"].to_list():
-        raise ValueError(f"{label}: batches and meta list different rows")
-    pairs = lsh_candidates(sig, np.zeros(len(meta), dtype=np.int64))
+    sig, short_keys = Signatures.concat([p[0] for p in passes]), pl.concat([passes[0][1], passes[1][1]])
+    sig.check_rows(meta["uuid"], label)
+    pairs = lsh_candidates(sig.values, np.zeros(len(meta), dtype=np.int64))
     pairs = pairs[(pairs[:, 0] < n_ref) & (pairs[:, 1] >= n_ref)]
-    wanted = {sig.uuids[i] for i in np.unique(pairs)}
+    wanted = sig.uuids.gather(np.unique(pairs))
     sets = {**shingle_sets(ref, cfg, wanted)[0], **shingle_sets(query, cfg, wanted)[0]}
-    keys = pl.DataFrame({"k": short_keys, "i": np.arange(len(meta))}, schema={"k": pl.Utf8, "i": pl.Int64}).drop_nulls()
-    exact = (keys.filter(pl.col("i") >= n_ref).join(keys.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
+    short = pl.DataFrame({"k": short_keys, "i": np.arange(len(meta), dtype=np.int64)}).drop_nulls()
+    exact = (short.filter(pl.col("i") >= n_ref).join(short.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
              .select(pl.col("i_ref").alias("i"), pl.col("i").alias("j"), pl.lit(1.0).alias("jaccard"),
                      pl.lit(True).alias("edge")))
     checked = pl.concat([verify(pairs, sig.uuids, sets, cfg.threshold), exact])
     edges = checked.filter("edge")
-    ids = np.asarray(sig.uuids, dtype=object)
-    hits = (pl.DataFrame({"uuid": ids[edges["j"].to_numpy()].tolist(), "ref": ids[edges["i"].to_numpy()].tolist(),
+    hits = (pl.DataFrame({"uuid": sig.uuids.gather(edges["j"]), "ref": sig.uuids.gather(edges["i"]),
                           "jaccard": edges["jaccard"]}, schema={"uuid": pl.Utf8, "ref": pl.Utf8, "jaccard": pl.Float64})
             .sort("uuid", "jaccard", "ref", descending=[False, True, False]).group_by("uuid", maintain_order=True).first())
     removed = (hits.join(meta, on="uuid", how="left")

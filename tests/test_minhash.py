@@ -221,9 +221,9 @@ def _reference_removals(texts, cfg, groups):
     from curation.minhash import compute_signatures, exact_edges, lsh_candidates, shingle_sets, survivors
 
     frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
-    sig, short_keys, lengths = compute_signatures(lambda: [frame], cfg)
+    sig, short_keys, lengths = compute_signatures(lambda: [frame], cfg, keys=True)
     g = np.asarray(groups, dtype=object).astype(str)
-    pairs = lsh_candidates(sig, g)
+    pairs = lsh_candidates(sig.values, g)
     sets, _ = shingle_sets(lambda: [frame], cfg, set(frame["uuid"]))
     edges = np.concatenate([verify(pairs, sig.uuids, sets, cfg.threshold).filter("edge").select("i", "j")
                             .to_numpy().reshape(-1, 2), exact_edges(short_keys, g)])
