@@ -46,6 +46,8 @@ import psutil
 import pyarrow.parquet as pq
 import yaml
 
+from common.io import parquet_batches
+
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = uuid.UUID("6f1c7a52-0000-4000-8000-00000000ca5c")
 STEPS = ("dedup", "quality", "semdedup", "decontaminate", "validate", "build", "export", "tokenize", "pack")
@@ -75,11 +77,11 @@ def _messages(col: pl.Expr, copy: int, mode: str) -> pl.Expr:
 
 def replicate(src: Path, dest: Path, copies: int, kind: str, mode: str) -> int:
     """Write ``copies`` copies of the table ``src`` to ``dest`` (see the module doc); returns rows."""
-    f = pq.ParquetFile(src)
+    schema = pq.ParquetFile(src).schema_arrow
     rows = 0
-    with pq.ParquetWriter(dest, f.schema_arrow, compression="zstd") as writer:
+    with pq.ParquetWriter(dest, schema, compression="zstd") as writer:
         for copy in range(copies):
-            for batch in f.iter_batches(batch_size=10_000):
+            for batch in parquet_batches(src, 10_000):
                 df = pl.from_arrow(batch)
                 if copy:
                     df = df.with_columns(pl.Series("uuid", [str(uuid.uuid5(NAMESPACE, f"{u}:{copy}"))
@@ -89,7 +91,7 @@ def replicate(src: Path, dest: Path, copies: int, kind: str, mode: str) -> int:
                     else:
                         df = df.with_columns(pl.col("responses_create_params").struct.with_fields(
                             _messages(pl.field("input"), copy, mode)))
-                writer.write_table(df.to_arrow().cast(f.schema_arrow))
+                writer.write_table(df.to_arrow().cast(schema))
                 rows += len(df)
     return rows
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.io import ROW_GROUP_SIZE, atomic_path
+from common.io import ROW_GROUP_SIZE, atomic_path, parquet_batches
 
 BatchFn = Callable[..., pl.DataFrame]
 """A pure map ``fn(frame, **shared) -> frame``: no state, no I/O, same output for the same rows."""
@@ -167,7 +167,7 @@ class LocalExecutor:
         if not Path(path).exists():
             raise FileNotFoundError(f"missing input {path}: run the step that writes it first (dvc repro)")
         frames = (indexed_batches(path, batch_rows) if row_index else
-                  (pl.from_arrow(b) for b in pq.ParquetFile(path).iter_batches(batch_size=batch_rows)))
+                  (pl.from_arrow(b) for b in parquet_batches(path, batch_rows)))
         work = partial(call_with, fn, shared or {})
         if self.pool is not None:
             return self.pool.map(work, frames)
@@ -185,7 +185,7 @@ def indexed_batches(path: str | Path, batch_rows: int, row_group: int | None = N
     result whichever worker reads which part of the file."""
     f = pq.ParquetFile(path)
     first = sum(f.metadata.row_group(g).num_rows for g in range(row_group or 0))
-    for batch in f.iter_batches(batch_size=batch_rows, row_groups=None if row_group is None else [row_group]):
+    for batch in parquet_batches(path, batch_rows, row_groups=None if row_group is None else [row_group]):
         frame = pl.from_arrow(pa.Table.from_batches([batch]))
         yield frame.with_row_index("row_index", offset=first)
         first += len(frame)

@@ -190,6 +190,20 @@ def read_parquet(path: str | Path) -> pa.Table:
 SPILL = Path("rejects/.spill")  # spilled rejects of a step with no scratch (:func:`step_scratch`), not /tmp
 
 
+def parquet_batches(path: str | Path, batch_rows: int, columns: list[str] | None = None,
+                    row_groups: list[int] | None = None) -> Iterator[pa.RecordBatch]:
+    """The record batches of the parquet file ``path``, at most ``batch_rows`` rows each (only ``columns``
+    and ``row_groups`` where given), in file order.
+
+    Read without pre-buffering: with pyarrow's default (``pre_buffer=True``) the reader keeps every row
+    group's column chunks it fetched until it is closed, so reading a whole file batch by batch held the
+    file's compressed size by the end (apache/arrow#39808; a 660 MB file in 1,000-row batches: 690 MB of
+    arrow memory at the last batch, 37 MB without). Raises what ``pyarrow.parquet.ParquetFile`` raises
+    (FileNotFoundError, ArrowInvalid for a file that is not parquet)."""
+    return pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=batch_rows, columns=columns,
+                                                               row_groups=row_groups)
+
+
 def remove_spills(step: str) -> None:
     """Remove the spill directories under :data:`SPILL` of ``step``'s rejects that a killed run left
     (run before the step)."""

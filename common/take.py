@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from common.io import scratch
+from common.io import parquet_batches, scratch
 
 BATCH_ROWS = 10_000
 WINDOW_ROWS = 20_000  # rows sorted at once
@@ -77,7 +77,7 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
                 writers[part].write_table(table)
 
         try:  # one pass: each wanted row goes to the file of its window of positions
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=read):
+            for batch in parquet_batches(path, batch_rows, columns=read):
                 frame = pl.from_arrow(batch)
                 keys = frame["uuid"] if uuids is not None else pl.Series(np.arange(first, first + len(frame)))
                 first += len(frame)

@@ -270,10 +270,10 @@ def _hf_disk(path: Path, max_bytes: int) -> Iterator[RawRecord]:
 
 def _parquet(path: Path, max_bytes: int) -> Iterator[RawRecord]:
     """A parquet file read in batches of rows; ids ``<file>:<index>``."""
-    import pyarrow.parquet as pq
+    from common.io import parquet_batches
 
     i = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+    for batch in parquet_batches(path, 1024):
         for row in batch.to_pylist():
             yield _row(f"{path.name}:{i}", row, max_bytes)
             i += 1

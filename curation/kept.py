@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from common.io import Rejects, atomic_path
+from common.io import Rejects, atomic_path, parquet_batches
 from corpora.schema import SCHEMAS
 
 
@@ -19,7 +19,7 @@ def write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, rejects
     n_in = n_out = 0
     schema = SCHEMAS[kind]
     with atomic_path(dest) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
+        for batch in parquet_batches(path, rows):
             frame = pl.from_arrow(batch)
             n_in += len(frame)
             gone = frame.join(removed, on="uuid", how="inner", maintain_order="left")

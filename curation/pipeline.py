@@ -17,6 +17,7 @@ import polars as pl
 from common.io import (
     Rejects,
     finish_step,
+    parquet_batches,
     read_parquet,
     remove_spills,
     scratch,
@@ -110,7 +111,7 @@ def step_dedup(params: PipelineParams) -> dict[str, Any]:
         with pq.ParquetWriter(src / "sft.parquet", SCHEMAS["sft"], compression="zstd") as writer:
             for path in (INGESTED / "sft.parquet", SYNTHESIZED / "sft.parquet"):
                 if path.exists():
-                    for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
+                    for batch in parquet_batches(path, 10_000):
                         writer.write_batch(batch)
         return run_dedup(params.dedup, priority, src, DEDUPED, MINHASH, executor=ex)
 
@@ -362,11 +363,10 @@ def _set_tables(kind: str, columns: list[str] | None = None
     """``{config: {split: reader}}`` of a kind's set files (SFT configs are the SFT domains, in order of
     first appearance); each reader streams one split of one config in row order, in batches of
     :data:`MAP_BATCH_ROWS` file rows (``columns``: only those)."""
-    import pyarrow.parquet as pq
 
     def reader(path: Path, domain: str | None = None) -> Callable[[], Iterator[pl.DataFrame]]:
         def read() -> Iterator[pl.DataFrame]:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=MAP_BATCH_ROWS, columns=columns):
+            for batch in parquet_batches(path, MAP_BATCH_ROWS, columns):
                 frame = pl.from_arrow(batch)
                 yield frame if domain is None else frame.filter(pl.col("domain") == domain)
         return read

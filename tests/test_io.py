@@ -6,11 +6,12 @@ import gc
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common import io
-from common.io import REJECT_SCHEMA, Rejects, atomic_dir, write_parquet
+from common.io import REJECT_SCHEMA, Rejects, atomic_dir, parquet_batches, write_parquet
 
 
 def _fill(rejects: Rejects, n: int) -> None:
@@ -82,3 +83,20 @@ def test_spilled_rejects_live_beside_the_outputs_and_a_killed_steps_are_removed(
     assert spill.name.startswith("dedup-") and len(list(spill.iterdir())) == 2
     io.remove_spills("dedup")  # what `run_step` does before the step runs again after a kill
     assert not spill.exists()
+
+
+def test_parquet_batches_hold_one_row_group_not_the_file(tmp_path):
+    # 120 row groups of ~200 KB of incompressible text: pyarrow's default pre-buffering keeps every row
+    # group it read until the reader closes (apache/arrow#39808), ~24 MB by the last batch
+    rng = np.random.default_rng(0)
+    path = tmp_path / "t.parquet"
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string())])) as writer:
+        for _ in range(120):
+            texts = [rng.bytes(1000).hex() for _ in range(100)]
+            writer.write_table(pa.table({"text": texts}))
+    base = pa.total_allocated_bytes()
+    held, rows = 0, 0
+    for batch in parquet_batches(path, 50):
+        rows += batch.num_rows
+        held = max(held, pa.total_allocated_bytes() - base)
+    assert rows == 12_000 and held < 3_000_000
