@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +38,7 @@ from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
 from common.executor import call_with, ordered_map, write_frames
+from common.io import scratch
 from common.text import md5_hex, normalize
 from curation.ngrams import Tokens, fmix64, tokenize, window_hashes
 
@@ -249,14 +251,43 @@ def shingle_batch(frame: pl.DataFrame, cfg: MinHashConfig, wanted: pl.Series) ->
 def shingle_sets(batches: Batches, cfg: MinHashConfig, wanted: Iterable[str]
                  ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Pass 2 (:func:`shingle_batch`): sorted unique shingle sets and a text snippet of the rows in ``wanted``."""
+    uuids = wanted if isinstance(wanted, pl.Series) else pl.Series("uuid", list(wanted), pl.Utf8)
+    return _set_dicts(map_batches(batches, shingle_batch, cfg.workers, cfg=cfg, wanted=uuids.unique().sort()))
+
+
+def _set_dicts(frames: Iterable[pl.DataFrame]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     sets: dict[str, np.ndarray] = {}
     snippets: dict[str, str] = {}
-    uuids = wanted if isinstance(wanted, pl.Series) else pl.Series("uuid", list(wanted), pl.Utf8)
-    for frame in map_batches(batches, shingle_batch, cfg.workers, cfg=cfg, wanted=uuids.unique().sort()):
+    for frame in frames:
         for u, sh, t in zip(frame["uuid"], frame["shingles"], frame["snippet"], strict=True):
             sets[u] = sh.to_numpy().astype(np.uint64)
             snippets[u] = t
     return sets, snippets
+
+
+def spill_shingle_sets(batches: Batches, cfg: MinHashConfig, chunks: pl.DataFrame, directory: Path) -> None:
+    """Pass 2 in one streamed read (:func:`shingle_batch`): the shingle sets and snippets of the rows of
+    ``chunks`` (``uuid``, ``chunk`` int) written to ``directory/<chunk>.parquet``, one file per chunk, to be
+    read back a chunk at a time (:func:`read_shingle_sets`). One read of the table, however many chunks
+    (a pass per chunk read the table rows x chunks times)."""
+    import pyarrow.parquet as pq
+
+    writers: dict[int, pq.ParquetWriter] = {}
+    try:
+        for frame in map_batches(batches, shingle_batch, cfg.workers, cfg=cfg, wanted=chunks["uuid"].sort()):
+            for (chunk,), part in frame.join(chunks, on="uuid", how="left").group_by("chunk"):
+                table = part.drop("chunk").to_arrow()
+                if chunk not in writers:
+                    writers[chunk] = pq.ParquetWriter(directory / f"{chunk}.parquet", table.schema)
+                writers[chunk].write_table(table)
+    finally:
+        for writer in writers.values():
+            writer.close()
+
+
+def read_shingle_sets(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The shingle sets and snippets of one chunk written by :func:`spill_shingle_sets` (none if it has no file)."""
+    return _set_dicts([pl.read_parquet(path)] if path.exists() else [])
 
 
 def verify(pairs: np.ndarray, uuids: Iterable[str], sets: dict[str, np.ndarray], threshold: float) -> pl.DataFrame:
@@ -411,11 +442,12 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     short-text md5), never as a list of pairs: a union-find over the verified pairs of each LSH
     bucket (:func:`resolve_bucket`, exact Jaccard vectorized by :func:`jaccard_many`). The clusters
     are the connected components of the verified candidate pairs, exactly. Shingle sets are held for
-    rows of at most ``verify_chars`` characters at a time (one streamed pass over ``batches`` per such
-    chunk of candidate clusters; a larger cluster is one chunk), so memory does not grow with the corpus.
+    rows of at most ``verify_chars`` characters at a time (chunks of candidate clusters; a larger cluster
+    is one chunk), so memory does not grow with the corpus: one streamed pass writes every candidate row's
+    set to its chunk's file in the step's scratch (:func:`spill_shingle_sets`), then chunks are read back one by one.
 
     Args:
-        batches: re-iterable stream of frames with ``uuid`` and ``text``, read once plus once per chunk.
+        batches: re-iterable stream of frames with ``uuid`` and ``text``, read twice (signatures, shingle sets).
         meta: one row per streamed text, same order: ``uuid``, ``source``, ``group`` (the
             scope: texts of different groups are never compared), ``priority`` (int,
             lower survives; then the longer text, then the smaller uuid).
@@ -463,35 +495,39 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     js: dict[str, float] = {}
     snippets: dict[str, str] = {}
     rows_of = chunk_of[candidate]
-    for chunk in np.unique(chunk_of[clusters]):
-        rows = np.flatnonzero(rows_of == chunk)
-        wanted = sig.uuids.gather(rows)
-        sets_u, snips = shingle_sets(batches, cfg, wanted)
-        sets = {i: sets_u.get(u, np.zeros(0, np.uint64)) for i, u in zip(rows.tolist(), wanted, strict=True)}
-        rejected: set[tuple[int, int]] = set()  # a chunk's pairs: its clusters are no other chunk's
-        lo, hi = np.searchsorted(chunk_of[bucket_cluster], [chunk, chunk + 1])
-        ids = np.sort(order[lo:hi])  # band by band: a bucket whose rows an earlier band joined is skipped
-        for band in np.unique(band_of[ids]):
-            todo = ids[band_of[ids] == band]
-            seg = np.concatenate([[0], np.cumsum(lens[todo])[:-1]]).astype(np.int64)
-            pos = np.repeat(starts[todo] - seg, lens[todo]) + np.arange(int(lens[todo].sum()))
-            roots = uf.roots(flat[pos])
-            todo = todo[np.minimum.reduceat(roots, seg) != np.maximum.reduceat(roots, seg)]
-            for b in todo:
-                m = flat[starts[b]:starts[b] + lens[b]]
-                v, j = resolve_bucket(m, [sets[i] for i in m], uf, cfg.threshold, rejected)
-                verified, joined = verified + v, joined + j
-        part = survivors(meta[rows], uf.roots(rows))
-        size = part.group_by("cluster").len()
-        big = set(size.filter(pl.col("len") > alarms.max_cluster_size)["cluster"].to_list())
-        index = dict(zip(meta["uuid"][rows].to_list(), rows.tolist(), strict=True))
-        for u, s in part.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows():
-            a, b = sets[index[u]], sets[index[s]]
-            js[u] = 1.0 if len(a) == 0 else jaccard(a, b)
-        for u, c in part.select("uuid", "cluster").iter_rows():
-            if c in big:
-                snippets[u] = snips.get(u, "")
-    clustered = np.flatnonzero(counts[candidate] > 1)  # the other rows are clusters of one
+    clustered = np.flatnonzero(rows_of >= 0)  # rows of candidate clusters of two or more
+    with tempfile.TemporaryDirectory(dir=scratch(), prefix="near-dedup-") as tmp:
+        spill = Path(tmp)
+        spill_shingle_sets(batches, cfg, pl.DataFrame({"uuid": sig.uuids.gather(clustered), "chunk": rows_of[clustered]}),
+                           spill)
+        for chunk in np.unique(chunk_of[clusters]):
+            rows = np.flatnonzero(rows_of == chunk)
+            wanted = sig.uuids.gather(rows)
+            sets_u, snips = read_shingle_sets(spill / f"{chunk}.parquet")
+            sets = {i: sets_u.get(u, np.zeros(0, np.uint64)) for i, u in zip(rows.tolist(), wanted, strict=True)}
+            rejected: set[tuple[int, int]] = set()  # a chunk's pairs: its clusters are no other chunk's
+            lo, hi = np.searchsorted(chunk_of[bucket_cluster], [chunk, chunk + 1])
+            ids = np.sort(order[lo:hi])  # band by band: a bucket whose rows an earlier band joined is skipped
+            for band in np.unique(band_of[ids]):
+                todo = ids[band_of[ids] == band]
+                seg = np.concatenate([[0], np.cumsum(lens[todo])[:-1]]).astype(np.int64)
+                pos = np.repeat(starts[todo] - seg, lens[todo]) + np.arange(int(lens[todo].sum()))
+                roots = uf.roots(flat[pos])
+                todo = todo[np.minimum.reduceat(roots, seg) != np.maximum.reduceat(roots, seg)]
+                for b in todo:
+                    m = flat[starts[b]:starts[b] + lens[b]]
+                    v, j = resolve_bucket(m, [sets[i] for i in m], uf, cfg.threshold, rejected)
+                    verified, joined = verified + v, joined + j
+            part = survivors(meta[rows], uf.roots(rows))
+            size = part.group_by("cluster").len()
+            big = set(size.filter(pl.col("len") > alarms.max_cluster_size)["cluster"].to_list())
+            index = dict(zip(meta["uuid"][rows].to_list(), rows.tolist(), strict=True))
+            for u, s in part.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows():
+                a, b = sets[index[u]], sets[index[s]]
+                js[u] = 1.0 if len(a) == 0 else jaccard(a, b)
+            for u, c in part.select("uuid", "cluster").iter_rows():
+                if c in big:
+                    snippets[u] = snips.get(u, "")
     m = survivors(meta[clustered], uf.roots(clustered))
     dup = m.filter(pl.col("uuid") != pl.col("survivor"))
     removed = (dup.with_columns(pl.Series("j", [js[u] for u in dup["uuid"]], dtype=pl.Float64).round(2))

@@ -251,9 +251,11 @@ def test_clustered_resolution_equals_all_pairs_verification_in_any_chunking(veri
     want = _reference_removals(texts, cfg, groups)
     frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
     meta = frame.select("uuid", pl.lit("s").alias("source"), pl.Series("group", groups), pl.lit(0).alias("priority"))
-    removed, _, stats = near_dedup(lambda: [frame], meta, cfg, NO_ALARM, verify_chars=verify_chars)
+    reads = []
+    removed, _, stats = near_dedup(lambda: reads.append(1) or [frame], meta, cfg, NO_ALARM, verify_chars=verify_chars)
     got = {u: r.split()[2] for u, r in removed.select("uuid", "reason").iter_rows()}
     assert got == want and len(want) > 20
+    assert len(reads) == 2  # signatures, then every chunk's shingle sets in one pass (not one per chunk)
     assert stats["verified_pairs"] < len(texts) * 3
 
 
