@@ -177,19 +177,15 @@ def band_keys(values: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 
 def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None = None, desc: str = "minhash",
-                       out: Path | None = None, keys: bool = False) -> tuple[Signatures, pl.Series, np.ndarray]:
-    """Pass 1 over ``batches`` (:func:`signature_batch` on each, see :func:`map_batches`): signatures
-    of every text, the md5 of the normalized text of texts with no shingle (a Utf8 series, else null),
-    and every text's length in characters (int64 ``[N]``). The result depends neither on the executor
-    nor on its workers.
-
-    With ``out``, the signatures are streamed to that parquet file (``uuid``, ``signature``, the
-    settings in the metadata key ``minhash``). With ``out`` or ``keys``, the returned :class:`Signatures`
-    holds each row's :func:`band_keys` instead (uint64 ``[N, bands]``, a quarter of the bytes at 16 x 8)."""
+                       out: Path | None = None) -> tuple[Signatures, pl.Series, np.ndarray]:
+    """Pass 1 over ``batches`` (:func:`signature_batch` on each, see :func:`map_batches`): each text's
+    :func:`band_keys` (a :class:`Signatures` of uint64 ``[N, bands]``, a quarter of the signature's bytes
+    at 16 x 8), the md5 of the normalized text of texts with no shingle (a Utf8 series, else null), and
+    every text's length in characters (int64 ``[N]``). The result depends neither on the executor nor on
+    its workers. With ``out``, the signatures themselves are streamed to that parquet file (``uuid``,
+    ``signature``, the settings in the metadata key ``minhash``)."""
     settings = cfg.settings()
-    banded = keys or out is not None
-    width = settings["bands"] if banded else cfg.num_perm
-    parts = [Signatures([], np.zeros((0, width), np.uint64 if banded else np.uint32), settings)]
+    parts = [Signatures([], np.zeros((0, settings["bands"]), np.uint64), settings)]
     short_keys = [pl.Series("short_key", [], pl.Utf8)]
     lengths = [np.zeros(0, np.int64)]
     bar = tqdm(total=total, desc=desc, unit="rows", disable=None, file=sys.stderr)
@@ -199,9 +195,7 @@ def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None =
     def stream() -> Iterator[pl.DataFrame]:
         for frame in map_batches(batches, signature_batch, cfg.workers, cfg=cfg):
             values = frame["signature"].to_numpy().reshape(-1, cfg.num_perm).astype(np.uint32)
-            if banded:
-                values = band_keys(values, settings["bands"], settings["rows"])
-            parts.append(Signatures(frame["uuid"], values, settings))
+            parts.append(Signatures(frame["uuid"], band_keys(values, settings["bands"], settings["rows"]), settings))
             short_keys.append(frame["short_key"])
             lengths.append(frame["length"].to_numpy())
             bar.update(len(frame))
@@ -286,8 +280,8 @@ def spill_shingle_sets(batches: Batches, cfg: MinHashConfig, chunks: pl.DataFram
 
 
 def read_shingle_sets(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The shingle sets and snippets of one chunk written by :func:`spill_shingle_sets` (none if it has no file)."""
-    return _set_dicts([pl.read_parquet(path)] if path.exists() else [])
+    """The shingle sets and snippets of one chunk written by :func:`spill_shingle_sets`."""
+    return _set_dicts([pl.read_parquet(path)])
 
 
 def verify(pairs: np.ndarray, uuids: Iterable[str], sets: dict[str, np.ndarray], threshold: float) -> pl.DataFrame:
@@ -457,16 +451,15 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
         signatures: stream the signatures to this parquet file too (:func:`compute_signatures`).
 
     Returns:
-        (removed, signatures, stats): the :class:`Signatures` hold band keys; ``removed`` has ``uuid``, ``source``
-        and ``reason``
-        (``near_duplicate: of <survivor> J=<exact Jaccard to it>``); ``stats`` counts LSH buckets,
-        candidate clusters, verified pairs (Jaccard computed), joining pairs (verified >= threshold
-        between two sets), clusters and removals.
+        (removed, band keys, stats): the :class:`Signatures` of :func:`compute_signatures`; ``removed`` has
+        ``uuid``, ``source`` and ``reason`` (``near_duplicate: of <survivor> J=<exact Jaccard to it>``);
+        ``stats`` counts LSH buckets, candidate clusters, verified pairs (Jaccard computed), joining pairs
+        (verified >= threshold between two sets), clusters and removals.
 
     Raises:
         DedupAlarm: an alarm fired and ``on_alarm`` is ``fail``.
     """
-    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), f"minhash {label}", signatures, keys=True)
+    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), f"minhash {label}", signatures)
     sig.check_rows(meta["uuid"], label)
     n, keys = len(meta), sig.values
     meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
@@ -557,7 +550,7 @@ def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta
     """
     n_ref = len(ref_meta)
     meta = pl.concat([ref_meta.select("uuid", "source"), query_meta.select("uuid", "source")])
-    passes = [compute_signatures(src, cfg, len(m), desc=f"minhash {label}", keys=True)
+    passes = [compute_signatures(src, cfg, len(m), desc=f"minhash {label}")
               for src, m in ((ref, ref_meta), (query, query_meta))]
     sig, short_keys = Signatures.concat([p[0] for p in passes]), pl.concat([passes[0][1], passes[1][1]])
     sig.check_rows(meta["uuid"], label)

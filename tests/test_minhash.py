@@ -221,7 +221,7 @@ def _reference_removals(texts, cfg, groups):
     from curation.minhash import compute_signatures, exact_edges, lsh_candidates, shingle_sets, survivors
 
     frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
-    sig, short_keys, lengths = compute_signatures(lambda: [frame], cfg, keys=True)
+    sig, short_keys, lengths = compute_signatures(lambda: [frame], cfg)
     g = np.asarray(groups, dtype=object).astype(str)
     pairs = lsh_candidates(sig.values, g)
     sets, _ = shingle_sets(lambda: [frame], cfg, set(frame["uuid"]))
