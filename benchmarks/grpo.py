@@ -1,6 +1,7 @@
 """GRPO step time against TRL's GRPOTrainer, and SFT throughput on packed vs padded rows.
 
     python -m benchmarks.grpo [--only grpo|sft] [--threads N] [--dtype float32|bfloat16] [--repeat 3] [--steps 5]
+                              [--param-dtype float32|bfloat16] [--attn sdpa|eager] [--vllm-compile]
                               [--prompts 4] [--group 8] [--max-new-tokens 32] [--model tiny|DIR]
                               [--engines hf vllm] [--sft-rows 96]
 
@@ -22,7 +23,9 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
    document-local causal mask) against batches of ``--batch`` conversations padded to their
    longest. Throughput counts real (non-pad) tokens.
 
-``--only`` runs one table. ``--threads N`` is the thread budget of each side (default: every core): the
+``--param-dtype bfloat16``: our policy holds bf16 parameters with fp32 masters (TRL's ``bf16`` keeps fp32
+weights under autocast); ``--attn``: both sides' attention kernel; ``--vllm-compile``: our vllm engine
+compiled (its start, a minute, is not in the step times). ``--only`` runs one table. ``--threads N`` is the thread budget of each side (default: every core): the
 process is pinned to its first N cores, torch gets N threads, and ours binds its vllm engine to the same N
 cores (its trainer and engine take turns on them). Every run is followed by the machine's load average
 (``os.getloadavg``).
@@ -78,10 +81,12 @@ def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[dict[str, flo
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
     cfg = GRPOConfig(name=f"bench_{engine}", runner="grpo", rollout_engine=engine, datasets=[str(work / "set")],
-                     steps=a.steps + 1, threads=a.threads, dtype=a.dtype,
+                     steps=a.steps + 1, threads=a.threads, dtype=a.dtype, param_dtype=a.param_dtype,
+                     attn_implementation=a.attn,
                      prompts_per_step=a.prompts, group_size=a.group, micro_batch_size=a.prompts * a.group,
                      dynamic_filtering=False, mask_truncated=False,
-                     sampling={"max_new_tokens": a.max_new_tokens, "batch_size": a.prompts * a.group},
+                     sampling={"max_new_tokens": a.max_new_tokens, "batch_size": a.prompts * a.group,
+                               "vllm": {"enforce_eager": not a.vllm_compile}},
                      optim={"lr": 1e-5}, checkpoint_root=str(work / "ck"), metrics_dir=str(work / "m"),
                      plots_dir=str(work / "p"))
     env = FunctionEnvironment(lambda text, row: reward(text))
@@ -108,7 +113,8 @@ def trl(tok, model_dir: Path, work: Path, a) -> tuple[list[float], float]:
                       report_to="none", use_cpu=True, temperature=1.0, top_p=1.0, top_k=0, seed=0,
                       disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
     timer = step_timer()
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), processing_class=tok,
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=a.attn),
+                          processing_class=tok,
                           reward_funcs=[lambda completions, **kw: [reward(c[0]["content"]) for c in completions]],
                           args=args, train_dataset=ds, callbacks=[timer])
     trainer.train()
@@ -249,8 +255,8 @@ def grpo_table(tok, a, console: Console) -> None:
     runs = fresh_runs(grpo_pair, a, a.repeat)
     model, cost = runs[0][5], runs[0][4]
     t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, {model}, "
-                    f"{a.dtype}, {a.steps} timed steps; {a.threads} core(s) each side (ours: trainer threads and "
-                    f"vLLM binding, by phase; TRL: torch threads)")
+                    f"{a.dtype} (ours: {a.param_dtype} parameters), {a.attn} attention, {a.steps} timed steps; "
+                    f"{a.threads} core(s) each side (ours: trainer threads and vLLM binding, by phase; TRL: torch threads)")
     for col in ("run", "implementation", "median s/step", "min s/step", "max s/step", "ours / TRL", "load after"):
         t.add_column(col, justify="left" if col in ("implementation", "load after") else "right")
     ratios: dict[str, list[float]] = {engine: [] for engine in a.engines}
@@ -310,6 +316,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                     help="cores each side may use (default: all): the process is pinned to the first N")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="both GRPO trainers' precision")
+    ap.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="ours: the policy's parameter dtype (bfloat16: bf16 weights, fp32 masters; TRL's bf16 "
+                         "keeps fp32 weights under autocast)")
+    ap.add_argument("--vllm-compile", action="store_true",
+                    help="ours: the vllm engine compiled (enforce_eager false; a minute more to start, not timed)")
+    ap.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"),
+                    help="both sides' attention kernel (transformers' attn_implementation)")
     ap.add_argument("--repeat", type=int, default=1, help="GRPO: ours/TRL pairs run one after the other")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=4)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common import plugins
 from stages.train_engine import OptimConfig
@@ -73,6 +73,14 @@ class StageConfig(BaseModel):
     # AdamW state; stages.train_engine.in_precision), a vllm sampler in bf16 and
     # sampling.max_logprob_diff BF16_LOGPROB_DIFF (SamplingConfig.for_dtype); float32 by default
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # the trained policy's parameters: float32 (under autocast when dtype is bfloat16), or bfloat16 with dtype
+    # bfloat16: bf16 forward and backward without autocast's casts, fp32 master weights and AdamW state
+    # (stages.master_weights; train_engine torch)
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+    # the trainer's attention kernel for the policy, reference and teachers (transformers' attn_implementation:
+    # sdpa | eager | flash_attention_2 | ...; None: the checkpoint's default, sdpa). On CPU, eager is faster for
+    # short RL rollouts (SmolLM2, 32 x ~58 tokens: 0.4 s of a 4.6 s backward is SDPA's); it holds [T, T] scores
+    attn_implementation: str | None = None
     # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
     rollout_engine: str = Field("auto", json_schema_extra={"plugin": "rollout_engines"})
     # partial-layer mode: train only the top N decoder layers and the final norm (None: every parameter);
@@ -91,6 +99,12 @@ class StageConfig(BaseModel):
     loss_chunk_tokens: int = Field(4096, ge=1)  # tokens per LM-head chunk of the losses (stages/lm_head.py)
     save_every: int = Field(10, ge=0)  # training state every N optimizer steps and at the last (0: last only)
     keep_last: int = Field(2, ge=1)    # training states kept (stages/state.py)
+
+    @model_validator(mode="after")
+    def _bf16_params_need_bf16(self) -> StageConfig:
+        if self.param_dtype == "bfloat16" and self.dtype != "bfloat16":
+            raise ValueError(f"stage {self.name}: param_dtype bfloat16 needs dtype bfloat16 (got dtype {self.dtype})")
+        return self
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -117,8 +117,9 @@ class CheckpointRegistry:
         return {d: self.best(d, metric) for d in domains}
 
 
-def load_checkpoint(path: str | Path):
-    """``(model, tokenizer)`` of an HF model dir, fp32 (the default model, or a stage checkpoint).
+def load_checkpoint(path: str | Path, attn_implementation: str | None = None):
+    """``(model, tokenizer)`` of an HF model dir, fp32 (the default model, or a stage checkpoint), with
+    transformers' ``attn_implementation`` (None: the checkpoint's default).
 
     Raises:
         FileNotFoundError: ``path`` has no ``config.json`` (names the path and how to build it).
@@ -136,5 +137,7 @@ def load_checkpoint(path: str | Path):
     # (its weights are plain fp32 safetensors) and saved checkpoints do not inherit it
     if getattr(config, "quantization_config", None) is not None:
         del config.quantization_config
-    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32,
+                                                 **({"attn_implementation": attn_implementation}
+                                                    if attn_implementation else {}))
     return model, AutoTokenizer.from_pretrained(path)

@@ -24,13 +24,12 @@ class _ChunkedLogprobs(torch.autograd.Function):
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(dtype)
             for s in range(0, hidden.shape[0], chunk):
-                logits = (hidden[s:s + chunk].to(dtype) @ w.T).float() / temperature
-                lse = logits.logsumexp(-1)
-                out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - lse
+                logprobs = torch.log_softmax(_logits(hidden[s:s + chunk].to(dtype), w, temperature), -1)
+                out[s:s + chunk] = logprobs.gather(1, targets[s:s + chunk, None]).squeeze(1)
             if 0 < hidden.shape[0] <= chunk and any(ctx.needs_input_grad[:2]):
                 # one chunk: keep its softmax (the chunk x V the forward held anyway) instead of recomputing
                 # the logits in the backward (one [N, H] x [H, V] matmul fewer)
-                ctx.probs = logits.sub_(lse[:, None]).exp_()
+                ctx.probs = logprobs.exp_()
         ctx.save_for_backward(hidden, weight, targets)
         ctx.chunk, ctx.temperature, ctx.dtype = chunk, temperature, dtype
         return out
@@ -39,7 +38,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, targets = ctx.saved_tensors
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_weight = None
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(ctx.dtype)
             for s in range(0, hidden.shape[0], ctx.chunk):
@@ -47,18 +46,27 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 if ctx.probs is not None:
                     probs, ctx.probs = ctx.probs, None
                 else:
-                    probs = torch.softmax((h @ w.T).float() / ctx.temperature, -1)
+                    probs = torch.softmax(_logits(h, w, ctx.temperature), -1)
                 # d logp[target] / d logits = onehot(target) - softmax(logits), through the temperature
                 g = probs.mul_(-grad_out[s:s + ctx.chunk, None])
                 g.scatter_add_(1, targets[s:s + ctx.chunk, None], grad_out[s:s + ctx.chunk, None])
-                g = (g / ctx.temperature).to(ctx.dtype)
+                if ctx.temperature != 1.0:
+                    g.div_(ctx.temperature)
+                g = g.to(ctx.dtype)
                 if grad_hidden is not None:
                     grad_hidden[s:s + ctx.chunk] = (g @ w).to(hidden.dtype)
-                if grad_weight is not None:
-                    grad_weight += (g.T @ h).float()
-        if grad_weight is not None:
-            grad_weight = grad_weight.to(weight.dtype)
+                if ctx.needs_input_grad[1]:  # summed over chunks in fp32
+                    part = g.T @ h
+                    grad_weight = part.float() if grad_weight is None else grad_weight.add_(part)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.zeros_like(weight) if grad_weight is None else grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
+    """fp32 ``hidden @ weight.T / temperature`` (the matmul in the inputs' dtype; no division at 1)."""
+    logits = (hidden @ weight.T).float()
+    return logits.div_(temperature) if temperature != 1.0 else logits
 
 
 def chunked_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = 4096,

@@ -199,16 +199,18 @@ def _weights_mb(path: Path) -> float:
 
 
 class TeacherPool:
-    """Frozen teacher models loaded on demand (fp32 weights) and run in ``dtype`` (``float32`` |
-    ``bfloat16``: :func:`~stages.train_engine.in_precision`); least recently used ones are freed to keep
-    the weights of the loaded teachers within ``memory_mb`` (0: one teacher at a time).
+    """Frozen teacher models loaded on demand (fp32 weights, ``attn_implementation`` as the stage's) and run in
+    ``dtype`` (``float32`` | ``bfloat16``: :func:`~stages.train_engine.in_precision`); least recently used
+    ones are freed to keep the weights of the loaded teachers within ``memory_mb`` (0: one teacher at a time).
 
     Attributes:
         loads: how many times a teacher was loaded from disk (a stage metric).
     """
 
-    def __init__(self, memory_mb: float = 0.0, dtype: str = "float32", device: torch.device | str = "cpu"):
+    def __init__(self, memory_mb: float = 0.0, dtype: str = "float32", device: torch.device | str = "cpu",
+                 attn_implementation: str | None = None):
         self.memory_mb, self.dtype, self.device, self.loads = memory_mb, dtype, device, 0
+        self.attn_implementation = attn_implementation
         self.loaded: OrderedDict[Path, tuple[Any, float]] = OrderedDict()
 
     def get(self, path: Path) -> Any:
@@ -219,7 +221,7 @@ class TeacherPool:
         need = _weights_mb(path)
         while self.loaded and sum(mb for _, mb in self.loaded.values()) + need > self.memory_mb:
             self.loaded.popitem(last=False)
-        model, _ = load_checkpoint(path)
+        model, _ = load_checkpoint(path, self.attn_implementation)
         model.to(self.device).eval().requires_grad_(False)
         model = in_precision(model, model, self.dtype)
         self.loaded[path] = (model, need)
@@ -337,7 +339,7 @@ class MOPDStage:
             run.counts.update(dropped, train_prompts=len(items))
             env = run.environment(cfg.environment, cfg.environment_kwargs, self.environment)
             rollout = run.rollout_engine(cfg.rollout_engine, cfg.sampling)
-            pool = TeacherPool(cfg.teacher_memory_mb, cfg.dtype, run.device)
+            pool = TeacherPool(cfg.teacher_memory_mb, cfg.dtype, run.device, cfg.attn_implementation)
             algorithm = Distillation(cfg, teachers, pool, rollout.pad)
             collect = collector(SingleTurn(rollout, env, cfg.rollouts_per_prompt, cfg.seed, cfg.prompts_per_step,
                                            engine.gathered), items, cfg, tok, builder)

@@ -150,14 +150,14 @@ class StageRun:
             distributed.init()
             self.device = distributed.device(self.cfg.device)
             seed_everything(self.cfg.seed + distributed.rank())  # ranks draw differently (rollouts: per-sample seeds)
-            model, self.tokenizer = load_checkpoint(self.init)
+            model, self.tokenizer = load_checkpoint(self.init, self.cfg.attn_implementation)
             model.to(self.device).train()
             if self.cfg.trainable_layers is not None:
                 self.counts["trainable_parameters"] = train_top_layers(model, self.cfg.trainable_layers)
             if self.cfg.gradient_checkpointing:
                 checkpoint_activations(model)
             self.engine = make_train_engine(self.cfg.train_engine, model, self.cfg.optim, self.cfg.steps,
-                                            self.cfg.zero_stage, self.cfg.dtype)
+                                            self.cfg.zero_stage, self.cfg.dtype, self.cfg.param_dtype)
             self.routers = router_tap(self.engine.model, self.cfg.router_aux_loss_coef,
                                       self.cfg.router_bias_update_rate)
             if self.routers is not None:
@@ -245,7 +245,7 @@ class StageRun:
         """The KL reference: the init checkpoint loaded again (never a copy of the policy, which may
         be partitioned or already trained), frozen, in eval mode, run in the stage's ``dtype``
         (:func:`~stages.train_engine.in_precision`)."""
-        ref, _ = load_checkpoint(self.init)
+        ref, _ = load_checkpoint(self.init, self.cfg.attn_implementation)
         ref.to(self.device).eval().requires_grad_(False)
         return in_precision(ref, ref, self.cfg.dtype)
 
