@@ -25,10 +25,10 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
 
 ``--param-dtype bfloat16``: our policy holds bf16 parameters with fp32 masters (TRL's ``bf16`` keeps fp32
 weights under autocast); ``--attn``: both sides' attention kernel; ``--vllm-compile``: our vllm engine
-compiled (its start, a minute, is not in the step times). ``--only`` runs one table. ``--threads N`` is the thread budget of each side (default: every core): the
-process is pinned to its first N cores, torch gets N threads, and ours binds its vllm engine to the same N
-cores (its trainer and engine take turns on them). Every run is followed by the machine's load average
-(``os.getloadavg``).
+compiled (its start, a minute, is not in the step times). ``--only`` runs one table. ``--threads N`` is the
+thread budget of each side (default: every core): the process is pinned to its first N cores, torch gets N
+threads, and ours binds its vllm engine to the same N cores (its trainer and engine take turns on them).
+Every run is followed by the machine's load average (``os.getloadavg``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python -m benchmarks.mopd [--steps 5] [--prompts 4] [--rollouts 4] [--max-new-tokens 32]
                               [--model tiny|DIR] [--engine hf|vllm] [--dtype float32|bfloat16]
-                              [--threads N] [--repeat 3]
+                              [--threads N] [--repeat 3] [--param-dtype float32|bfloat16] [--attn sdpa|eager]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer) and TRL (``pip install -e .[bench]``).
 Student: Llama hidden ``--hidden`` x 2 layers; teacher: hidden ``2 * --hidden`` x 2 layers; both
@@ -11,7 +11,8 @@ both. One step = sample ``prompts x rollouts`` responses of ``max-new-tokens`` t
 student (ours: ``--engine``; TRL: HF ``generate``; temperature 1, top-p 1), score them with the
 teacher, one forward/backward, one AdamW step (ours: and the weight push to a vllm engine).
 ``--dtype bfloat16``: both in mixed precision (ours: the stage's ``dtype``, so autocast, bf16 teacher
-and a bf16 vllm sampler; TRL: ``bf16=True``, accelerate's autocast):
+and a bf16 vllm sampler; TRL: ``bf16=True``, accelerate's autocast); ``--param-dtype bfloat16``: our student
+holds bf16 parameters with fp32 masters; ``--attn``: both sides' attention kernel (student and teacher):
 
 - ``stages.mopd.MOPDStage``: sampled-token reverse KL with ICE-POP weights (recipe §MOPD), the
   teacher kept loaded (one teacher), validation off;
@@ -52,6 +53,7 @@ def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, fl
         write_parquet(table, work / "set" / f"{split}.parquet")
     n = a.prompts * a.rollouts
     cfg = MOPDConfig(name="bench", runner="mopd", rollout_engine=a.engine, dtype=a.dtype, threads=a.threads,
+                     param_dtype=a.param_dtype, attn_implementation=a.attn,
                      datasets=[str(work / "set")], steps=a.steps + 1,
                      prompts_per_step=a.prompts, rollouts_per_prompt=a.rollouts, micro_batch_size=n,
                      teachers={"bench": str(teacher_dir)}, sampling={"max_new_tokens": a.max_new_tokens,
@@ -78,8 +80,9 @@ def trl(tok, model_dir: Path, teacher_dir: Path, work: Path, a) -> list[float]:
                               logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
                               disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
     timer = step_timer()
-    trainer = DistillationTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
-                                  teacher_model=AutoModelForCausalLM.from_pretrained(teacher_dir), args=args,
+    trainer = DistillationTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=a.attn),
+                                  teacher_model=AutoModelForCausalLM.from_pretrained(
+                                      teacher_dir, attn_implementation=a.attn), args=args,
                                   train_dataset=Dataset.from_list(rows * (a.steps + 1)), processing_class=tok,
                                   callbacks=[timer])
     trainer.train()
@@ -114,11 +117,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cores each side may use")
     ap.add_argument("--repeat", type=int, default=1, help="ours/TRL pairs run one after the other")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="both trainers' precision")
+    ap.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="our student's parameter dtype (bfloat16: bf16 weights, fp32 masters)")
+    ap.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="both sides' attention kernel")
     a = ap.parse_args()
     runs = fresh_runs(mopd_pair, a, a.repeat)  # per repeat: (our step rows, TRL step seconds, load after the pair)
     student, teacher = runs[0][3], runs[0][4]
     t = Table(title=f"on-policy distillation step: {a.prompts} prompts x {a.rollouts} rollouts x {a.max_new_tokens} "
-                    f"new tokens; student {student}, teacher {teacher}, {a.dtype}, ours on the {a.engine} engine; "
+                    f"new tokens; student {student}, teacher {teacher}, {a.dtype} (ours: {a.param_dtype} parameters), "
+                    f"{a.attn} attention, ours on the {a.engine} engine; "
                     f"{a.steps} timed steps; {a.threads} core(s) each side")
     for col in ("run", "implementation", "objective", "median s/step", "min s/step", "max s/step", "ours / TRL",
                 "load after"):
