@@ -1,6 +1,7 @@
 """Wall time, CPU time and peak RSS of every data step at N times the default data.
 
-Replicates ``data/ingested/{sft,rl}.parquet`` N times into a scratch run directory. Copy 0 is the
+Replicates ``data/ingested/{sft,rl}.parquet`` N times into a scratch run directory (removed at the end;
+``--keep`` keeps it for a post-mortem). Copy 0 is the
 data itself; copy c > 0 gets new uuids (uuid5 of the old uuid and c) and per-copy text: after every
 fourth token (the dedup tokens of :mod:`curation.ngrams`: a run of word characters, or one CJK
 character), in every message content of the row, the copy's own marker word is inserted
@@ -18,7 +19,7 @@ largest sum over the process tree seen by that poll.
 
     python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
         [--executor local|ray] [--threads N] [--code DIR] [--input ingested|decontaminated]
-        [--json docs/scale/after.json]
+        [--json docs/scale/after.json] [--keep]
 
 ``--input decontaminated`` replicates decontaminate's output instead, for the steps from ``validate``
 on. ``--code DIR`` runs the steps from another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree``
@@ -172,6 +173,8 @@ def main() -> None:
                     help="the table replicated: ingest's output (every step), or decontaminate's (validate onwards)")
     ap.add_argument("--threads", type=int, help="executor.threads (default: params.yaml's)")
     ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep each scale's run directory (outputs, rejects, metrics) and print its path")
     args = ap.parse_args()
     print(f"{'scale':>5} {'rows':>9} {'step':13} {'wall s':>8} {'cpu s':>8} {'peak GB':>8}", flush=True)
     for scale in args.scales:
@@ -203,7 +206,10 @@ def main() -> None:
                 if "error" in r or r["peak_rss_gb"] > args.max_rss_gb:
                     break
         finally:
-            shutil.rmtree(run, ignore_errors=True)
+            if args.keep:
+                print(f"kept {run}", flush=True)
+            else:
+                shutil.rmtree(run, ignore_errors=True)
 
 
 if __name__ == "__main__":
