@@ -9,11 +9,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def repo_files() -> list[str]:
+    """The repository's files, repository-relative: ``git ls-files -co --exclude-standard`` (tracked, and
+    untracked but not ignored)."""
+    return subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.split()
+
+
 def copy_repo(dst: Path) -> Path:
-    """Copy the repository's files (as ``git ls-files -co --exclude-standard`` lists them) into ``dst``."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for f in files:
+    """Copy the repository's files (:func:`repo_files`) into ``dst``."""
+    for f in repo_files():
         if (REPO / f).is_file():
             (dst / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / f, dst / f)

@@ -3,30 +3,23 @@ export``), so a fresh clone's lock changes only where the data does (synthesize'
 CPU: README)."""
 
 import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _tracked() -> set[str]:
-    """Every git-tracked file and every folder above one, repository-relative."""
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-    return set(files) | {str(parent) for f in files for parent in Path(f).parents if str(parent) != "."}
+from tests.repo_copy import REPO, repo_files, run_checked
 
 
 def test_the_lock_holds_the_current_code_and_params_of_every_step_export_runs():
-    """``dvc status export --with-deps``: no tracked code file or folder, param or command differs from the
-    lock (data dependencies, absent on a fresh clone or rebuilt on another CPU, are not compared). It failed
-    on 889966a's lock, whose synthesize entry held the old hash of stages/checkpoints.py."""
-    dvc = Path(sys.executable).with_name("dvc")
-    proc = subprocess.run([str(dvc), "status", "export", "--with-deps", "--json"], cwd=REPO,
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    tracked = _tracked()
+    """``dvc status export --with-deps``: no code file or folder of the repository, param or command differs
+    from the lock (data dependencies, absent on a fresh clone or rebuilt on another CPU, are not compared).
+    It failed on 889966a's lock, whose synthesize entry held the old hash of stages/checkpoints.py."""
+    status = run_checked([sys.executable, "-m", "dvc", "status", "export", "--with-deps", "--json"], REPO,
+                         {**os.environ, "DVC_NO_ANALYTICS": "1"})
+    files = repo_files()
+    code = set(files) | {str(parent) for f in files for parent in Path(f).parents if str(parent) != "."}
     stale = []
-    for stage, changes in json.loads(proc.stdout or "{}").items():
+    for stage, changes in json.loads(status or "{}").items():
         for change in changes:
             if isinstance(change, str):  # "changed command", "always changed"
                 stale.append(f"{stage}: {change}")
@@ -34,7 +27,7 @@ def test_the_lock_holds_the_current_code_and_params_of_every_step_export_runs():
             for path, state in change.get("changed deps", {}).items():
                 if isinstance(state, dict):  # params: {key: "modified" | "new" | "deleted"}
                     stale += [f"{stage}: {path} {key} {how}" for key, how in state.items()]
-                elif path in tracked:
+                elif path in code:
                     stale.append(f"{stage}: {path} {state}")
     assert not stale, "dvc.lock is stale; re-run the steps (or, for outputs that stay byte-identical, " \
                       "record the code hashes):\n" + "\n".join(stale)
