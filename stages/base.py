@@ -78,8 +78,8 @@ class StageConfig(BaseModel):
     # (stages.master_weights; train_engine torch)
     param_dtype: Literal["float32", "bfloat16"] = "float32"
     # the trainer's attention kernel for the policy, reference and teachers (transformers' attn_implementation:
-    # sdpa | eager | flash_attention_2 | ...; None: the checkpoint's default, sdpa). On CPU, eager is faster for
-    # short RL rollouts (SmolLM2, 32 x ~58 tokens: 0.4 s of a 4.6 s backward is SDPA's); it holds [T, T] scores
+    # sdpa | eager | flash_attention_2 | ...; None: the checkpoint's default, sdpa). On CPU, sdpa runs its math
+    # kernel on rows of up to 128 keys (short RL rollouts) and its flash kernel beyond (stages.sdpa)
     attn_implementation: str | None = None
     # sampler of rollouts / validation answers: auto (vllm where installed, else hf)
     rollout_engine: str = Field("auto", json_schema_extra={"plugin": "rollout_engines"})

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from stages.sdpa import kernel_for
+
 
 class _ChunkedLogprobs(torch.autograd.Function):
     @staticmethod
@@ -144,14 +146,16 @@ def final_hidden_states(model: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:
     no logits are made. The states come after the last norm, with a graph.
 
     ``model`` may be the HF module or a wrapper that calls it (:class:`~stages.train_engine.Autocast`,
-    a DeepSpeed engine); the states are read by a forward hook on the module's ``base_model``.
+    a DeepSpeed engine); the states are read by a forward hook on the module's ``base_model``. On CPU, short
+    rows run SDPA's math kernel (:func:`stages.sdpa.kernel_for`).
     """
     captured: list[torch.Tensor] = []
     module = getattr(model, "module", model)
     handle = module.base_model.register_forward_hook(
         lambda _m, _a, out: captured.append(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]))
     try:
-        out = model(**{"use_cache": False, **inputs}, logits_to_keep=torch.empty(0, dtype=torch.long))
+        with kernel_for(model, inputs):
+            out = model(**{"use_cache": False, **inputs}, logits_to_keep=torch.empty(0, dtype=torch.long))
     finally:
         handle.remove()
     return captured[-1], out
