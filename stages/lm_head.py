@@ -57,9 +57,12 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 g = g.to(ctx.dtype)
                 if grad_hidden is not None:
                     grad_hidden[s:s + ctx.chunk] = (g @ w).to(hidden.dtype)
-                if ctx.needs_input_grad[1]:  # summed over chunks in fp32
+                if ctx.needs_input_grad[1]:  # summed over chunks in fp32 (one chunk: nothing to sum)
                     part = g.T @ h
-                    grad_weight = part.float() if grad_weight is None else grad_weight.add_(part)
+                    if hidden.shape[0] <= ctx.chunk:
+                        grad_weight = part
+                    else:
+                        grad_weight = part.float() if grad_weight is None else grad_weight.add_(part)
         if ctx.needs_input_grad[1]:
             grad_weight = torch.zeros_like(weight) if grad_weight is None else grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None

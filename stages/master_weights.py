@@ -6,7 +6,9 @@ casts of every weight on every call. Each parameter has an fp32 copy (its master
 its state work on the masters only. Per optimizer step:
 
 1. each backward leaves a bf16 gradient on the parameter; a post-accumulate hook adds it into the
-   master's fp32 gradient and frees it, so micro-batches accumulate in fp32;
+   master's fp32 gradient and frees it, so micro-batches accumulate in fp32 (the master's gradient lives in
+   one buffer kept across steps: a fresh 4 bytes per parameter every step cost ~130K page faults on
+   SmolLM2-135M);
 2. the optimizer steps the masters (clipping, all-reduce and AdamW in fp32);
 3. :meth:`MasterWeights.copy_to_model` rounds the masters into the parameters (round to nearest even).
 
@@ -74,9 +76,13 @@ class MasterWeights:
 
 
 def _accumulate_into(master: torch.nn.Parameter):
+    kept: list[torch.Tensor] = []  # the master's gradient storage, allocated once: no fresh pages every step
+
     def hook(p: torch.Tensor) -> None:
-        if master.grad is None:
-            master.grad = p.grad.to(torch.float32)
+        if master.grad is None:  # first gradient since the optimizer's zero_grad(set_to_none=True)
+            if not kept:
+                kept.append(torch.empty_like(master))
+            master.grad = kept[0].copy_(p.grad)
         else:
             master.grad.add_(p.grad)
         p.grad = None

@@ -58,6 +58,26 @@ def test_grads_accumulate_in_fp32_and_adamw_steps_the_masters_as_fp32_weights():
         assert not torch.equal(master, start[name]), name
 
 
+def test_a_later_step_reuses_the_gradient_buffers_and_leaves_unused_masters_without_a_gradient():
+    model = tiny_llama(64)
+    engine = TorchEngine(model, OPTIM, total_steps=4, param_dtype="bfloat16")
+    engine.backward(_loss(engine.model, 0))
+    storage = [m.grad.data_ptr() for m in engine.params]
+    engine.step()
+    assert all(m.grad is None for m in engine.params)
+    twin = copy.deepcopy(model)  # bf16 parameters after the step: the same computation by hand
+    ids = torch.randint(3, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    engine.backward(model.model.embed_tokens(ids).float().pow(2).sum())  # touches the embedding only
+    twin.model.embed_tokens(ids).float().pow(2).sum().backward()
+    embedding = next(i for i, (n, _) in enumerate(model.named_parameters()) if n == "model.embed_tokens.weight")
+    for i, (master, (name, p)) in enumerate(zip(engine.params, twin.named_parameters(), strict=True)):
+        if i == embedding:
+            assert master.grad.data_ptr() == storage[i]  # the kept buffer, not a fresh one
+            assert torch.equal(master.grad, p.grad.float())  # this step's gradient only, no stale sum
+        else:
+            assert master.grad is None and p.grad is None, name  # unused this step: no gradient, not a stale one
+
+
 def test_saves_hold_the_masters_and_a_resumed_engine_steps_bitwise_alike(tmp_path):
     engine = TorchEngine(tiny_llama(64), OPTIM, total_steps=4, param_dtype="bfloat16")
     engine.backward(_loss(engine.model, 0))
