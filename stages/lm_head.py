@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from stages.sdpa import kernel_for
+from stages.train_engine import recomputes_layers
 
 
 class _ChunkedLogprobs(torch.autograd.Function):
@@ -157,7 +158,7 @@ def final_hidden_states(model: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:
     handle = module.base_model.register_forward_hook(
         lambda _m, _a, out: captured.append(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]))
     try:
-        with kernel_for(model, inputs):
+        with kernel_for(inputs, model_device(model), recomputes_layers(model)):
             out = model(**{"use_cache": False, **inputs}, logits_to_keep=torch.empty(0, dtype=torch.long))
     finally:
         handle.remove()

@@ -29,9 +29,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-from stages.train_engine import recomputes_layers
 
 MATH_MAX_KEYS = 128  # the crossover of the table above: the math kernel is faster up to here
 
@@ -47,14 +46,12 @@ def key_length(inputs: dict[str, Any]) -> int:
 
 
 @contextlib.contextmanager
-def kernel_for(model: Any, inputs: dict[str, Any]) -> Iterator[None]:
-    """Inside: SDPA's math kernel when ``model`` (an HF module or a wrapper of one) is on a CPU, its forward
-    of ``inputs`` has at most :data:`MATH_MAX_KEYS` keys (:func:`key_length`) and its layers are not
-    recomputed in the backward (activation checkpointing, :func:`stages.train_engine.recomputes_layers`: the
-    recomputation runs outside this context and must pick the kernel the forward did); otherwise PyTorch's
-    own choice, unchanged."""
-    device = next(getattr(model, "module", model).parameters()).device
-    if device.type != "cpu" or key_length(inputs) > MATH_MAX_KEYS or recomputes_layers(model):
+def kernel_for(inputs: dict[str, Any], device: torch.device, recomputed: bool = False) -> Iterator[None]:
+    """Inside: SDPA's math kernel when ``device`` is a CPU, the forward of ``inputs`` has at most
+    :data:`MATH_MAX_KEYS` keys (:func:`key_length`) and its layers are not ``recomputed`` in the backward
+    (activation checkpointing, :func:`stages.train_engine.recomputes_layers`: the recomputation runs outside
+    this context and must pick the kernel the forward did); otherwise PyTorch's own choice, unchanged."""
+    if device.type != "cpu" or key_length(inputs) > MATH_MAX_KEYS or recomputed:
         yield
         return
     with sdpa_kernel([SDPBackend.MATH]):
