@@ -23,7 +23,9 @@ Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.p
    document-local causal mask) against batches of ``--batch`` conversations padded to their
    longest. Throughput counts real (non-pad) tokens.
 
-``--param-dtype bfloat16``: our policy holds bf16 parameters with fp32 masters (TRL's ``bf16`` keeps fp32
+Each side runs in a process of its own: ours with the allocator ``cascade train`` preloads (``--malloc``, default
+TCMalloc where installed: :mod:`common.allocator`), TRL with the C library's (``--trl-malloc tcmalloc`` gives
+it ours). ``--param-dtype bfloat16``: our policy holds bf16 parameters with fp32 masters (TRL's ``bf16`` keeps fp32
 weights under autocast); ``--attn``: both sides' attention kernel; ``--vllm-compile``: our vllm engine
 compiled (its start, a minute, is not in the step times). ``--only`` runs one table. ``--threads N`` is the
 thread budget of each side (default: every core): the process is pinned to its first N cores, torch gets N
@@ -40,6 +42,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -47,7 +50,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.trl_timer import fresh_runs, ratio_summary, use_cores
+from benchmarks.trl_timer import fresh_call, fresh_runs, malloc_note, ratio_summary, side_env, use_cores
 
 REPO = Path(__file__).resolve().parents[1]
 ASSET = REPO / "data" / "assets" / "SmolLM2-135M-Instruct"
@@ -237,8 +240,9 @@ def bench_model(tok, a, path: Path, seed: int = 0, hidden: int | None = None) ->
 
 
 def grpo_pair(a) -> tuple[dict[str, list[dict[str, float]]], list[float], str, float, float, str]:
-    """One run of each side on a fresh copy of the model: ({engine: our step rows}, TRL step seconds, the
-    load average after, TRL's mean completion length, :func:`prompt_cost`, the model's description)."""
+    """One run of each side on a fresh copy of the model, each side in a process of its own with its
+    allocator (``--malloc``, ``--trl-malloc``): ({engine: our step rows}, TRL step seconds, the load average
+    after, TRL's mean completion length, :func:`prompt_cost`, the model's description)."""
     from transformers import AutoTokenizer
 
     use_cores(a.threads)
@@ -246,9 +250,19 @@ def grpo_pair(a) -> tuple[dict[str, list[dict[str, float]]], list[float], str, f
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = bench_model(tok, a, work / "model")
-        ours_rows = {engine: ours(tok, work / "model", work, a, engine) for engine in a.engines}
-        trl_t, trl_len = trl(tok, work / "model", work, a)
+        ours_rows = {engine: fresh_call(side, ("ours", a, work, engine), side_env(a.malloc)) for engine in a.engines}
+        trl_t, trl_len = fresh_call(side, ("trl", a, work, None), side_env(a.trl_malloc))
         return ours_rows, trl_t, load_note(), trl_len, prompt_cost(work / "model"), model
+
+
+def side(job: tuple[str, argparse.Namespace, Path, str | None]) -> Any:
+    """One side of :func:`grpo_pair` in its own process: ``(name, args, work dir, engine)``."""
+    from transformers import AutoTokenizer
+
+    name, a, work, engine = job
+    use_cores(a.threads)
+    tok = AutoTokenizer.from_pretrained(ASSET)
+    return ours(tok, work / "model", work, a, engine) if name == "ours" else trl(tok, work / "model", work, a)
 
 
 def grpo_table(tok, a, console: Console) -> None:
@@ -256,7 +270,8 @@ def grpo_table(tok, a, console: Console) -> None:
     model, cost = runs[0][5], runs[0][4]
     t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, {model}, "
                     f"{a.dtype} (ours: {a.param_dtype} parameters), {a.attn} attention, {a.steps} timed steps; "
-                    f"{a.threads} core(s) each side (ours: trainer threads and vLLM binding, by phase; TRL: torch threads)")
+                    f"{a.threads} core(s) each side (ours: trainer threads and vLLM binding, by phase; TRL: torch threads); "
+                    f"allocator ours {malloc_note(a.malloc)}, TRL {malloc_note(a.trl_malloc)}")
     for col in ("run", "implementation", "median s/step", "min s/step", "max s/step", "ours / TRL", "load after"):
         t.add_column(col, justify="left" if col in ("implementation", "load after") else "right")
     ratios: dict[str, list[float]] = {engine: [] for engine in a.engines}
@@ -324,6 +339,10 @@ def main() -> None:
     ap.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"),
                     help="both sides' attention kernel (transformers' attn_implementation)")
     ap.add_argument("--repeat", type=int, default=1, help="GRPO: ours/TRL pairs run one after the other")
+    ap.add_argument("--malloc", default="tcmalloc", help="ours: the allocator `cascade train` preloads "
+                    "(common/allocator.py: tcmalloc, system or a library path)")
+    ap.add_argument("--trl-malloc", default="system", help="TRL's allocator (default: the C library's, as "
+                    "`python train.py` runs); tcmalloc gives it ours")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)

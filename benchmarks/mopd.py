@@ -21,8 +21,9 @@ holds bf16 parameters with fp32 masters; ``--attn``: both sides' attention kerne
   ``rollouts`` times in one batch (TRL samples one completion per row).
 
 Median seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times (each in a
-fresh process) and prints the ratio's min / median / max. ``--threads N``: each side's core budget (default:
-every core; the process is pinned to its first N cores, torch gets N threads, ours binds its vllm engine to
+fresh process, each side in a process of its own: ours with ``cascade train``'s allocator, ``--malloc``, TRL with
+the C library's, ``--trl-malloc``) and prints the ratio's min / median / max. ``--threads N``: each side's core
+budget (default: every core; the process is pinned to its first N cores, torch gets N threads, ours binds its vllm engine to
 the same cores).
 """
 
@@ -34,12 +35,13 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.grpo import ASSET, PROMPTS, bench_model, load_note, spread
-from benchmarks.trl_timer import fresh_runs, ratio_summary, use_cores
+from benchmarks.trl_timer import fresh_call, fresh_runs, malloc_note, ratio_summary, side_env, use_cores
 
 
 def ours(model_dir: Path, teacher_dir: Path, work: Path, a) -> list[dict[str, float]]:
@@ -100,8 +102,19 @@ def mopd_pair(a) -> tuple[list[dict[str, float]], list[float], str, str, str]:
         work = Path(tmp)
         student = bench_model(tok, a, work / "student", 0, a.hidden)
         teacher = bench_model(tok, a, work / "teacher", 1, 2 * a.hidden)
-        ours_rows = ours(work / "student", work / "teacher", work, a)
-        return ours_rows, trl(tok, work / "student", work / "teacher", work, a), load_note(), student, teacher
+        ours_rows = fresh_call(side, ("ours", a, work), side_env(a.malloc))
+        return ours_rows, fresh_call(side, ("trl", a, work), side_env(a.trl_malloc)), load_note(), student, teacher
+
+
+def side(job: tuple[str, argparse.Namespace, Path]) -> Any:
+    """One side of :func:`mopd_pair` in a process of its own (its allocator: ``--malloc``, ``--trl-malloc``)."""
+    from transformers import AutoTokenizer
+
+    name, a, work = job
+    use_cores(a.threads)
+    if name == "ours":
+        return ours(work / "student", work / "teacher", work, a)
+    return trl(AutoTokenizer.from_pretrained(ASSET), work / "student", work / "teacher", work, a)
 
 
 def main() -> None:
@@ -120,13 +133,16 @@ def main() -> None:
     ap.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"),
                     help="our student's parameter dtype (bfloat16: bf16 weights, fp32 masters)")
     ap.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="both sides' attention kernel")
+    ap.add_argument("--malloc", default="tcmalloc", help="ours: the allocator `cascade train` preloads")
+    ap.add_argument("--trl-malloc", default="system", help="TRL's allocator (tcmalloc gives it ours)")
     a = ap.parse_args()
     runs = fresh_runs(mopd_pair, a, a.repeat)  # per repeat: (our step rows, TRL step seconds, load after the pair)
     student, teacher = runs[0][3], runs[0][4]
     t = Table(title=f"on-policy distillation step: {a.prompts} prompts x {a.rollouts} rollouts x {a.max_new_tokens} "
                     f"new tokens; student {student}, teacher {teacher}, {a.dtype} (ours: {a.param_dtype} parameters), "
                     f"{a.attn} attention, ours on the {a.engine} engine; "
-                    f"{a.steps} timed steps; {a.threads} core(s) each side")
+                    f"{a.steps} timed steps; {a.threads} core(s) each side; allocator ours {malloc_note(a.malloc)}, "
+                    f"TRL {malloc_note(a.trl_malloc)}")
     for col in ("run", "implementation", "objective", "median s/step", "min s/step", "max s/step", "ours / TRL",
                 "load after"):
         t.add_column(col, justify="left" if col in ("implementation", "objective", "load after") else "right")

@@ -26,17 +26,40 @@ def use_cores(n: int) -> None:
 
 
 def fresh_runs(fn: Callable[[Any], Any], arg: Any, n: int) -> list[Any]:
-    """``[fn(arg)]`` ``n`` times, each call in a fresh spawned process, one after the other: no engine, thread
-    pool or allocator state of one run is left to slow the next. ``fn`` must be a module-level function and
-    ``arg`` and the results picklable."""
+    """``[fn(arg)]`` ``n`` times, each call in a fresh spawned process (:func:`fresh_call`), one after the
+    other: no engine, thread pool or allocator state of one run is left to slow the next. ``fn`` must be a
+    module-level function and ``arg`` and the results picklable."""
+    return [fresh_call(fn, arg) for _ in range(n)]
+
+
+def fresh_call(fn: Callable[[Any], Any], arg: Any, env: dict[str, str] | None = None) -> Any:
+    """``fn(arg)`` in a fresh spawned process whose environment is this one's updated with ``env`` (e.g. an
+    ``LD_PRELOAD``, which only a new process can take); this process's environment is restored after."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    out = []
-    for _ in range(n):
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            out.append(pool.submit(fn, arg).result())
-    return out
+            return pool.submit(fn, arg).result()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def side_env(malloc: str) -> dict[str, str]:
+    """The environment additions of a benchmark side run with ``malloc`` (``tcmalloc``, ``system`` or a
+    library path: :mod:`common.allocator`, as ``cascade train`` runs)."""
+    from common.allocator import ENV, preload_env
+
+    return preload_env({**os.environ, ENV: malloc}) or {}
+
+
+def malloc_note(malloc: str) -> str:
+    """What a side run with ``malloc`` preloads: the library's file name, or the C library's malloc."""
+    lib = side_env(malloc).get("LD_PRELOAD", "").split(":")[0]
+    return os.path.basename(lib) if lib else "glibc malloc"
 
 
 def ratio_summary(ratios: list[float]) -> str:

@@ -125,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
 
     solve_arguments(sub.add_parser("solve", help="test-time generate-verify-refine on an RL set (stages/solve.py)"))
     args = parser.parse_args(argv)
+    if argv is None and args.command == "train":  # the command line, not a call from Python
+        from common.allocator import reexec_with_allocator
+
+        reexec_with_allocator()
 
     if args.command == "solve":
         from stages.solve import main as solve_main

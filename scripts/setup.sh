@@ -9,9 +9,15 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 export DVC_NO_ANALYTICS=1 DS_BUILD_OPS=0
 
-# The code verifiers need bubblewrap (params sandbox.require: bwrap; validators/verifiers/sandbox.py).
-# Installed here when we may (root); otherwise the steps that run generated code say what to do.
-command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || true
+# The code verifiers need bubblewrap (params sandbox.require: bwrap; validators/verifiers/sandbox.py), and
+# `cascade train` preloads TCMalloc where it finds it (common/allocator.py; vLLM's CPU docs ask for it too).
+# Installed here when we may (root); otherwise the steps that run generated code say what to do, and
+# training runs on the C library's malloc.
+missing=""
+command -v bwrap >/dev/null || missing="bubblewrap"
+ls /usr/lib/*-linux-gnu/libtcmalloc_minimal.so.4 /lib/*-linux-gnu/libtcmalloc_minimal.so.4 >/dev/null 2>&1 \
+  || missing="$missing libtcmalloc-minimal4"
+[ -z "$missing" ] || (apt-get update -qq && apt-get install -y -qq $missing) >/dev/null 2>&1 || true
 
 stamp=".venv/.cascade-installed"
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
