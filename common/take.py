@@ -31,15 +31,25 @@ WINDOW_ROWS = 20_000  # rows sorted at once
 FLUSH_BYTES = 256 << 20  # bytes of the read batches whose hits are held before they are scattered
 
 
-def _matches(sorted_keys: pl.Series, keys: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(batch row, index into ``sorted_keys``) int64 pairs of every equal key; a key wanted k times
-    matches k times."""
+def matches(sorted_keys: pl.Series, keys: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(row of ``keys``, index into ``sorted_keys``) int64 pairs of every equal key, by row, then by index; a
+    key wanted k times matches k times. ``sorted_keys``: ascending (``Series.sort()``). O(len(keys) log n) a
+    call, where a join or ``is_in`` against the n keys hashes all n every call: a 1,000-row batch against 1M
+    uuids took 134 ms (left join) and 260 ms (``is_in``), 4.5 ms here; per batch of a pass, that is the
+    difference between O(rows) and O(rows x n / batch) (dedup's near passes, the filtering steps' writes)."""
     lo = sorted_keys.search_sorted(keys, "left").to_numpy().astype(np.int64)
     hi = sorted_keys.search_sorted(keys, "right").to_numpy().astype(np.int64)
     counts = hi - lo
     rows = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
     starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
     return rows, starts + np.arange(len(rows), dtype=np.int64)
+
+
+def member(sorted_keys: pl.Series, keys: pl.Series) -> np.ndarray:
+    """bool ``[len(keys)]``: whether each key is in ``sorted_keys`` (ascending), by binary search
+    (:func:`matches`: a batch's cost does not grow with the keys looked up in)."""
+    lo = sorted_keys.search_sorted(keys, "left").to_numpy()
+    return sorted_keys.search_sorted(keys, "right").to_numpy() > lo
 
 
 def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray | None = None,
@@ -81,7 +91,7 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
                 frame = pl.from_arrow(batch)
                 keys = frame["uuid"] if uuids is not None else pl.Series(np.arange(first, first + len(frame)))
                 first += len(frame)
-                at, idx = _matches(sorted_keys, keys)
+                at, idx = matches(sorted_keys, keys)
                 if not len(at):
                     continue
                 hit = frame[at].with_columns(pl.Series("_pos", order[idx]))

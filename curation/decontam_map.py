@@ -20,6 +20,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from common.executor import Executor, gather, write_frames
+from common.take import member
 from corpora.schema import SCHEMAS
 from curation.decontaminate import HITS_SCHEMA, detect_contamination, row_hits, scanned_rows, split_contaminated
 from curation.ngram_index import NgramIndex
@@ -31,11 +32,11 @@ BATCH_ROWS = 2_000
 
 
 def _without(frame: pl.DataFrame, uuids: pl.Series) -> pl.DataFrame:
-    return frame.filter(~pl.col("uuid").is_in(uuids.implode()))
+    return frame.filter(~member(uuids, frame["uuid"]))  # uuids sorted
 
 
 def _only(frame: pl.DataFrame, uuids: pl.Series) -> pl.DataFrame:
-    return frame.filter(pl.col("uuid").is_in(uuids.implode()))
+    return frame.filter(member(uuids, frame["uuid"]))
 
 
 def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path], index: NgramIndex,
@@ -56,10 +57,10 @@ def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path
     dirty, counts = {}, {}
     for kind in src:
         mine = matches.filter(pl.col("table") == kind)
-        rows = gather(ex, src[kind], _only, BATCH_ROWS, {"uuids": mine["uuid"].unique()},
+        rows = gather(ex, src[kind], _only, BATCH_ROWS, {"uuids": mine["uuid"].unique().sort()},
                       pl.from_arrow(SCHEMAS[kind].empty_table()))
         dirty[kind] = split_contaminated(rows, mine)[1]
-        rows_out = write_frames(ex.map_parquet(src[kind], _without, BATCH_ROWS, {"uuids": dirty[kind]["uuid"]}),
+        rows_out = write_frames(ex.map_parquet(src[kind], _without, BATCH_ROWS, {"uuids": dirty[kind]["uuid"].sort()}),
                                 dest[kind], SCHEMAS[kind])
         counts[kind] = (pq.ParquetFile(src[kind]).metadata.num_rows, rows_out)
     return dirty, matches, stats, counts

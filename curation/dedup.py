@@ -26,6 +26,7 @@ import polars as pl
 
 from common.executor import Executor, LocalExecutor, ParquetBatches
 from common.io import Rejects, finish_step
+from common.take import member
 from common.text import row_text, text_hashes, user_text
 from curation.kept import by_source_and_reason, write_kept
 from curation.minhash import cross_dedup, near_dedup
@@ -63,9 +64,9 @@ def key_batch(frame: pl.DataFrame, kind: str, normalized: bool) -> pl.DataFrame:
 
 def text_batch(frame: pl.DataFrame, kind: str, user_only: bool, skip: pl.Series) -> pl.DataFrame:
     """Projection of the near passes: ``uuid``, ``text`` (row text, or the user turns) of the
-    rows of ``frame`` whose uuid is not in ``skip``."""
+    rows of ``frame`` whose uuid is not in ``skip`` (sorted: :func:`common.take.member`)."""
     text = user_text(kind) if user_only else row_text(kind)
-    return frame.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", text.alias("text"))
+    return frame.filter(~member(skip, frame["uuid"])).select("uuid", text.alias("text"))
 
 
 def _gather(frames: Iterator[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFrame:
@@ -97,7 +98,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
         stats[kind] = {"rows_in": len(keys), "exact_duplicates": len(exact)}
         if near.enabled:
             exempt = keys.filter(pl.col("source").is_in(near.exempt_sources))["uuid"]
-            skip = exact["uuid"].append(exempt)
+            skip = exact["uuid"].append(exempt).sort()
             meta = keys.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", "source", "domain")
             meta = meta.with_columns(
                 (pl.col("domain") if near.scope == "within_domain"
@@ -128,7 +129,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
 
 def _rl_vs_sft(ex: Executor, src: Path, removed: dict[str, pl.DataFrame], cfg: MinHashConfig):
     def side(kind: str):
-        path, skip = src / f"{kind}.parquet", removed[kind]["uuid"]
+        path, skip = src / f"{kind}.parquet", removed[kind]["uuid"].sort()
         meta = _gather(ex.map_parquet(path, partial(_id_source, skip=skip), cfg.batch_rows),
                        {"uuid": pl.Utf8, "source": pl.Utf8})
         return ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=True, skip=skip), cfg.batch_rows,
@@ -139,4 +140,4 @@ def _rl_vs_sft(ex: Executor, src: Path, removed: dict[str, pl.DataFrame], cfg: M
 
 
 def _id_source(frame: pl.DataFrame, skip: pl.Series) -> pl.DataFrame:
-    return frame.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", "source")
+    return frame.filter(~member(skip, frame["uuid"])).select("uuid", "source")

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
 from common.io import Rejects, atomic_path, parquet_batches
+from common.take import matches
 from corpora.schema import SCHEMAS
 
 
@@ -18,14 +20,17 @@ def write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, rejects
     """Stream ``path`` into ``dest`` without the ``removed`` rows, which go to ``rejects``."""
     n_in = n_out = 0
     schema = SCHEMAS[kind]
+    removed = removed.sort("uuid", maintain_order=True)  # looked up by binary search (common.take.matches)
     with atomic_path(dest) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         for batch in parquet_batches(path, rows):
             frame = pl.from_arrow(batch)
             n_in += len(frame)
-            gone = frame.join(removed, on="uuid", how="inner", maintain_order="left")
-            if len(gone):
-                rejects.extend_frame(gone)
-            kept = frame.join(removed, on="uuid", how="anti", maintain_order="left")
+            at, idx = matches(removed["uuid"], frame["uuid"])
+            if len(at):
+                rejects.extend_frame(pl.concat([frame[at], removed.drop("uuid")[idx]], how="horizontal"))
+            hit = np.zeros(len(frame), bool)
+            hit[at] = True
+            kept = frame.filter(~hit)
             writer.write_table(kept.to_arrow().select(schema.names).cast(schema))
             n_out += len(kept)
     return n_in, n_out

@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from common.executor import call_with, ordered_map, write_frames
 from common.io import scratch
+from common.take import matches, member
 from common.text import md5_hex, normalize
 from curation.ngrams import Tokens, fmix64, tokenize, window_hashes
 
@@ -233,8 +234,9 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 def shingle_batch(frame: pl.DataFrame, cfg: MinHashConfig, wanted: pl.Series) -> pl.DataFrame:
     """Map of pass 2: ``uuid``, ``shingles`` (sorted unique u64 shingle hashes) and ``snippet``
-    (first 120 characters) of the rows of ``frame`` (``uuid``, ``text``) whose uuid is in ``wanted``."""
-    frame = frame.filter(pl.col("uuid").is_in(wanted.implode()))
+    (first 120 characters) of the rows of ``frame`` (``uuid``, ``text``) whose uuid is in ``wanted`` (sorted:
+    :func:`common.take.member`)."""
+    frame = frame.filter(member(wanted, frame["uuid"]))
     h, off = shingles(frame["text"], cfg)
     return pl.DataFrame({"uuid": frame["uuid"],
                          "shingles": [np.unique(h[off[d]:off[d + 1]]) for d in range(len(frame))],
@@ -267,9 +269,12 @@ def spill_shingle_sets(batches: Batches, cfg: MinHashConfig, chunks: pl.DataFram
     import pyarrow.parquet as pq
 
     writers: dict[int, pq.ParquetWriter] = {}
+    chunks = chunks.sort("uuid")
+    chunk_of = chunks["chunk"].to_numpy()
     try:
-        for frame in map_batches(batches, shingle_batch, cfg.workers, cfg=cfg, wanted=chunks["uuid"].sort()):
-            for (chunk,), part in frame.join(chunks, on="uuid", how="left").group_by("chunk"):
+        for frame in map_batches(batches, shingle_batch, cfg.workers, cfg=cfg, wanted=chunks["uuid"]):
+            rows, at = matches(chunks["uuid"], frame["uuid"])
+            for (chunk,), part in frame[rows].with_columns(pl.Series("chunk", chunk_of[at])).group_by("chunk"):
                 table = part.drop("chunk").to_arrow()
                 if chunk not in writers:
                     writers[chunk] = pq.ParquetWriter(directory / f"{chunk}.parquet", table.schema)

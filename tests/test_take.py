@@ -12,7 +12,7 @@ import pytest
 
 from common.executor import write_frames
 from common.io import write_parquet
-from common.take import take_rows
+from common.take import matches, member, take_rows
 from packing.plan import plan_packs
 from packing.writer import iter_packs, packs_in_order
 
@@ -111,3 +111,19 @@ def test_write_frames_with_chunks_has_the_bytes_of_a_chunked_table(tmp_path):
     write_frames(iter([pl.from_arrow(chunked)]), tmp_path / "c.parquet", chunked.schema)
     digest = {k: hashlib.md5((tmp_path / f"{k}.parquet").read_bytes()).hexdigest() for k in "abc"}
     assert digest["a"] == digest["b"] != digest["c"]
+
+
+def test_member_and_matches_equal_polars_is_in_and_an_inner_join():
+    rng = np.random.default_rng(0)
+    wanted = pl.Series("uuid", [f"u{i:06d}" for i in rng.choice(100_000, 5_000, replace=False)] + ["u000007"] * 2)
+    keys = pl.Series("uuid", [f"u{i:06d}" for i in rng.integers(0, 100_000, 3_000)] + ["u000007", "", "zz"])
+    s = wanted.sort()
+    assert member(s, keys).tolist() == keys.is_in(wanted.implode()).to_list()
+    assert not member(s.clear(), keys).any() and member(s, keys.clear()).shape == (0,)
+    removed = pl.DataFrame({"uuid": wanted, "reason": [f"r{i}" for i in range(len(wanted))]})
+    frame = pl.DataFrame({"uuid": keys, "row": range(len(keys))})
+    r = removed.sort("uuid", maintain_order=True)
+    at, idx = matches(r["uuid"], keys)
+    got = pl.concat([frame[at], r.drop("uuid")[idx]], how="horizontal")
+    want = frame.join(removed, on="uuid", how="inner", maintain_order="left_right")
+    assert got.equals(want) and got.filter(pl.col("uuid") == "u000007").height == 2  # a key wanted twice: twice
