@@ -20,6 +20,7 @@ inherit it, as vLLM's own CPU launcher does. The verifier sandbox scrubs the env
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping
@@ -39,10 +40,8 @@ def find_tcmalloc(dirs: tuple[str, ...] = LIB_DIRS) -> Path | None:
             if (p := Path(d) / name).is_file():
                 return p
     try:
-        import importlib.util
-
         spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
+    except ValueError:  # a vllm module without a spec
         spec = None
     if spec and spec.origin:
         found = sorted(glob.glob(str(Path(spec.origin).parent / "libs" / "libtcmalloc*.so*")))

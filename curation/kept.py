@@ -21,13 +21,14 @@ def write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame, rejects
     n_in = n_out = 0
     schema = SCHEMAS[kind]
     removed = removed.sort("uuid", maintain_order=True)  # looked up by binary search (common.take.matches)
+    reasons = removed.drop("uuid")
     with atomic_path(dest) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         for batch in parquet_batches(path, rows):
             frame = pl.from_arrow(batch)
             n_in += len(frame)
             at, idx = matches(removed["uuid"], frame["uuid"])
             if len(at):
-                rejects.extend_frame(pl.concat([frame[at], removed.drop("uuid")[idx]], how="horizontal"))
+                rejects.extend_frame(pl.concat([frame[at], reasons[idx]], how="horizontal"))
             hit = np.zeros(len(frame), bool)
             hit[at] = True
             kept = frame.filter(~hit)
