@@ -103,6 +103,7 @@ def _digests(run: Path) -> dict[str, str]:
     return {f: _md5(run / f) for f in files}
 
 
+@pytest.mark.slow  # three reduced pipelines (~80 s): bash scripts/test.sh -m slow tests/test_ray_executor.py
 @pytest.mark.parametrize("kind", ["ray", "processes"])
 def test_ray_and_process_outputs_are_byte_identical_to_local(runs, kind):
     local, other = _digests(runs["local"]), _digests(runs[kind])
@@ -120,6 +121,7 @@ def test_ray_outputs_are_byte_identical_to_local_on_the_default_sources(tmp_path
         assert sorted(local) == sorted(other) and [f for f in local if local[f] != other[f]] == [], kind
 
 
+@pytest.mark.slow  # three reduced pipelines (~80 s): bash scripts/test.sh -m slow tests/test_ray_executor.py
 def test_the_compared_run_removed_real_duplicates_and_contamination(runs):
     dedup = json.loads((runs["ray"] / "metrics/dedup.json").read_text())
     assert dedup["per_table"]["rl"]["exact_duplicates"] > 0  # MATH test repeats a few problems verbatim
@@ -137,6 +139,7 @@ def test_the_compared_run_removed_real_duplicates_and_contamination(runs):
     assert decon["rows_in"] == decon["rows_out"] + decon["rows_rejected"]
 
 
+@pytest.mark.slow  # three reduced pipelines (~80 s): bash scripts/test.sh -m slow tests/test_ray_executor.py
 def test_the_compared_run_built_tokenized_and_exported_real_rows(runs):
     build = json.loads((runs["ray"] / "metrics/build.json").read_text())
     assert build["sets"]["sft"] == {"train": 360, "validation": 40}  # 2 sources capped at 200, a tenth held out

@@ -128,6 +128,7 @@ def test_hf_engine_seeded_samples_do_not_depend_on_the_batch(tok):
     assert listed.response_ids == whole.response_ids[6:]
 
 
+@pytest.mark.slow  # bash scripts/test.sh -m slow tests/test_rollout_engines.py
 @needs_vllm
 def test_vllm_greedy_outputs_equal_the_hf_engine(vllm_setup, tok):
     engine, model = vllm_setup
@@ -195,6 +196,7 @@ def test_vllm_push_of_a_partly_frozen_policy_moves_its_trainable_tensors_and_kee
         engine.sync_weights(model)
 
 
+@pytest.mark.slow  # bash scripts/test.sh -m slow tests/test_rollout_engines.py
 @needs_vllm
 def test_vllm_interface_equals_the_hf_engines(vllm_setup, tok):
     engine, model = vllm_setup

@@ -42,7 +42,8 @@ def test_torch_and_deepspeed_zero2_give_the_same_loss_for_two_steps():
     assert all(torch.allclose(ds_params[k], torch_params[k], atol=1e-6) for k in torch_params)
 
 
-@pytest.mark.parametrize("zero_stage", [2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.slow  # DeepSpeed start-up (~45 s): bash scripts/test.sh -m slow tests/test_stages_engines.py
+@pytest.mark.parametrize("zero_stage", [2, 3])
 def test_partial_layer_mode_trains_the_top_layer_alike_on_torch_and_deepspeed(zero_stage):
     """``trainable_layers`` (the learning preset's partial-layer mode) at scale: DeepSpeed ZeRO-2/3 step
     the same top layer as torch and leave the frozen layers and embeddings as they were."""
