@@ -5,7 +5,7 @@ Replicates ``data/ingested/{sft,rl}.parquet`` N times into a scratch run directo
 data itself; copy c > 0 gets new uuids (uuid5 of the old uuid and c) and per-copy text: after every
 fourth token (the dedup tokens of :mod:`curation.ngrams`: a run of word characters, or one CJK
 character), in every message content of the row, the copy's own marker word is inserted
-(``... the answer is also ...``, ``x = f(a) also + b``), so every word 5-gram of the copy is new
+(``... the answer is babebi ...``, ``x = f(a) babebi + b``), so every word 5-gram of the copy is new
 and exact and near dedup keep the copy, code, LaTeX and JSON included, while the row's fields
 and the verifier ground truth stay as they were. ``--mode near`` instead appends one marker word at the end of the
 first message: the copies are near-duplicates of each other (clusters of N), which is what made
@@ -52,17 +52,22 @@ from common.io import parquet_batches
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = uuid.UUID("6f1c7a52-0000-4000-8000-00000000ca5c")
 STEPS = ("dedup", "quality", "semdedup", "decontaminate", "validate", "build", "export", "tokenize", "pack")
-MARKERS = ("also", "still", "often", "quite", "rather", "indeed", "surely", "mostly", "nearly", "simply",
-           "really", "fairly", "partly", "mainly", "largely", "widely", "deeply", "highly", "gently", "openly")
+CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
+SYLLABLES = [c + v for c in CONSONANTS for v in VOWELS]  # 70
+
 
 _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}"
 FOUR_TOKENS = rf"(?:(?:[{_CJK}]|[^\W{_CJK}]+)\W*){{4}}"  # four dedup tokens and what follows each
 
 
 def marker(copy: int) -> str:
-    """The copy's marker: an English word, or two joined by a hyphen past the list's length."""
-    k, n = copy - 1, len(MARKERS)
-    return MARKERS[k] if k < n else f"{MARKERS[k % n]}-{MARKERS[(k // n) % n]}"
+    """The copy's marker: a made-up word of three syllables (``babeda``), the copy's number in base 70, so
+    every copy's marker is one dedup token of six letters and N copies are N times the text (a marker that
+    grew with the copy number made 64 copies 13 % longer a row than 16, and every step's time look superlinear)."""
+    k = copy - 1
+    if not 0 <= k < len(SYLLABLES) ** 3:
+        raise ValueError(f"copy must be in [1, {len(SYLLABLES) ** 3}], got {copy}")
+    return "".join(SYLLABLES[k // len(SYLLABLES) ** i % len(SYLLABLES)] for i in (2, 1, 0))
 
 
 def _edit(content: pl.Expr, copy: int, mode: str, first: pl.Expr) -> pl.Expr:

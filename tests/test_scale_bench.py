@@ -4,8 +4,9 @@ the rows, not with clusters of copies."""
 
 import numpy as np
 import polars as pl
+import pytest
 
-from benchmarks.scale import replicate
+from benchmarks.scale import marker, replicate
 from common.io import write_parquet
 from curation.minhash import shingles
 from curation.params import MinHashConfig
@@ -41,3 +42,21 @@ def test_every_copy_shares_no_word_5gram_with_the_original(tmp_path):
         edited_col = ["uuid", "messages" if kind == "sft" else "responses_create_params"]
         original_rows = pl.read_parquet(tmp_path / f"{kind}.parquet").drop(edited_col)
         assert out.drop(edited_col).equals(pl.concat([original_rows] * 3))  # every other field as it was
+
+
+
+def test_every_copy_is_as_long_as_the_others_so_n_copies_are_n_times_the_text(tmp_path):
+    """Copies' markers are distinct six-letter words of one dedup token each, so all copies of a row have one
+    length: a marker that grew past the 20th copy made 64x 13 % more text a row than 16x."""
+    markers = [marker(c) for c in range(1, 5001)]
+    assert len(set(markers)) == 5000 and {len(m) for m in markers} == {6}
+    _, off = shingles(pl.Series([f"w w w w {m}" for m in markers[:300]]), MinHashConfig(ngram=5))
+    assert (np.diff(off) == 1).all()  # four words and the marker make one 5-gram: the marker is one token
+    with pytest.raises(ValueError, match=r"copy must be in \[1, 343000\], got 0"):
+        marker(0)
+    write_parquet(sft_table(TEXTS), tmp_path / "sft.parquet")
+    replicate(tmp_path / "sft.parquet", tmp_path / "sft30.parquet", 30, "sft", "distinct")
+    lengths = (pl.read_parquet(tmp_path / "sft30.parquet")
+               .select(pl.col("messages").list.first().struct.field("content").str.len_chars())["content"])
+    per_copy = lengths.to_numpy().reshape(30, len(TEXTS))[1:]
+    assert (per_copy == per_copy[0]).all() and (per_copy[0] > lengths[:len(TEXTS)].to_numpy()).all()
