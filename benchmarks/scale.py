@@ -55,7 +55,6 @@ STEPS = ("dedup", "quality", "semdedup", "decontaminate", "validate", "build", "
 CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
 SYLLABLES = [c + v for c in CONSONANTS for v in VOWELS]  # 70
 
-
 _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}"
 FOUR_TOKENS = rf"(?:(?:[{_CJK}]|[^\W{_CJK}]+)\W*){{4}}"  # four dedup tokens and what follows each
 
@@ -63,11 +62,11 @@ FOUR_TOKENS = rf"(?:(?:[{_CJK}]|[^\W{_CJK}]+)\W*){{4}}"  # four dedup tokens and
 def marker(copy: int) -> str:
     """The copy's marker: a made-up word of three syllables (``babeda``), the copy's number in base 70, so
     every copy's marker is one dedup token of six letters and N copies are N times the text (a marker that
-    grew with the copy number made 64 copies 13 % longer a row than 16, and every step's time look superlinear)."""
-    k = copy - 1
-    if not 0 <= k < len(SYLLABLES) ** 3:
-        raise ValueError(f"copy must be in [1, {len(SYLLABLES) ** 3}], got {copy}")
-    return "".join(SYLLABLES[k // len(SYLLABLES) ** i % len(SYLLABLES)] for i in (2, 1, 0))
+    grew with the copy number gave 64 copies 13 % more text a row than 16, and made every step look superlinear)."""
+    n, k = len(SYLLABLES), copy - 1
+    if not 0 <= k < n ** 3:
+        raise ValueError(f"copy must be in [1, {n ** 3}], got {copy}")
+    return SYLLABLES[k // n ** 2] + SYLLABLES[k // n % n] + SYLLABLES[k % n]
 
 
 def _edit(content: pl.Expr, copy: int, mode: str, first: pl.Expr) -> pl.Expr:

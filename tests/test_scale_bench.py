@@ -44,7 +44,6 @@ def test_every_copy_shares_no_word_5gram_with_the_original(tmp_path):
         assert out.drop(edited_col).equals(pl.concat([original_rows] * 3))  # every other field as it was
 
 
-
 def test_every_copy_is_as_long_as_the_others_so_n_copies_are_n_times_the_text(tmp_path):
     """Copies' markers are distinct six-letter words of one dedup token each, so all copies of a row have one
     length: a marker that grew past the 20th copy made 64x 13 % more text a row than 16x."""
