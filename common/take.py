@@ -1,23 +1,30 @@
 """Rows of a parquet file in a given order, out of core, for steps that decide on a few key columns
 (uuid, source, domain, a rank; a document's length) and then write whole rows in their chosen order:
-the decision holds ~100 bytes a row. One streamed pass writes each wanted row to a scratch file of
-its window of ``WINDOW_ROWS`` positions; each window is then read back, sorted and yielded, so memory
-holds one batch, then one window, of rows. (DuckDB's ``ORDER BY`` over whole rows, and its
-partitioned ``COPY``, ran out of its memory limit on wide nested rows: they do not spill well.)
+the decision holds ~100 bytes a row. One streamed pass finds the wanted rows and writes each to the
+scratch file of its bucket of positions; a bucket of at most ``WINDOW_ROWS`` positions and
+``WINDOW_BYTES`` bytes is then read back and yielded in order, and a larger one is split the same way into
+buckets of its own (a radix partition of the positions, at most ``FAN_OUT`` files open at a time), so
+memory holds one batch, then one window, of rows, whatever the number of rows. (DuckDB's ``ORDER BY``
+over whole rows, and its partitioned ``COPY``, ran out of its memory limit on wide nested rows: they do
+not spill well.)
 
 The pass costs O(log n) per row read, not O(n) per batch: each batch's keys are looked up by binary
 search in the sorted wanted keys (a hash join of every batch against all n wanted keys made a
-256-row-batch pass quadratic), and hits are scattered to the windows' files in runs of
-``WINDOW_ROWS`` rows, or sooner once the batches they came from reach ``FLUSH_BYTES`` (a hit's strings
-are views into its batch, so a sparse take held 20,000 hits from up to 20,000 whole batches: build at
-64x peaked at 10.2 GB); a random order would otherwise write a row group per window per batch (~1.3M
-row groups for 2.8M rows).
+256-row-batch pass quadratic). Hits are scattered to the buckets' files in runs of ``WINDOW_ROWS`` rows,
+or sooner once the batches they came from reach ``FLUSH_BYTES`` (a hit's strings are views into its
+batch, so a sparse take held 20,000 hits from up to 20,000 whole batches: build at 64x peaked at
+10.2 GB). Every run writes a row group to each bucket it reaches, so one file per window of positions
+(as before) wrote (n / WINDOW_ROWS)^2 row groups for a random order, whose footers the open writers
+hold: a random take of 3.2M small rows took 8.3x the time of 0.8M, and 24.8M rows would have written
+1.5M row groups; with at most ``FAN_OUT`` buckets a pass writes at most n / WINDOW_ROWS x FAN_OUT, and
+every row is written once per pass (one pass up to ``FAN_OUT`` x ``WINDOW_ROWS`` rows, two up to
+``FAN_OUT``^2 x ``WINDOW_ROWS``).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +34,10 @@ import pyarrow.parquet as pq
 from common.io import parquet_batches, scratch
 
 BATCH_ROWS = 10_000
-WINDOW_ROWS = 20_000  # rows sorted at once
+WINDOW_ROWS = 20_000  # rows sorted at once, at most
+WINDOW_BYTES = 512 << 20  # bytes in memory of the rows sorted at once, at most (but one row)
 FLUSH_BYTES = 256 << 20  # bytes of the read batches whose hits are held before they are scattered
+FAN_OUT = 128  # bucket files a pass writes at most
 
 
 def matches(sorted_keys: pl.Series, keys: pl.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -52,6 +61,88 @@ def member(sorted_keys: pl.Series, keys: pl.Series) -> np.ndarray:
     return sorted_keys.search_sorted(keys, "right").to_numpy() > lo
 
 
+def fan_out(span: int) -> int:
+    """Buckets to split ``span`` positions into: the fewest passes of at most :data:`FAN_OUT` buckets that
+    bring every bucket to :data:`WINDOW_ROWS` positions, each pass splitting alike (a balanced radix)."""
+    windows, passes = -(-span // WINDOW_ROWS), 1
+    while FAN_OUT ** passes < windows:
+        passes += 1
+    fan = max(1, round(windows ** (1 / passes)))
+    while fan ** passes < windows:
+        fan += 1
+    return fan
+
+
+def _scatter(hits: Iterable[tuple[pl.DataFrame, int]], lo: int, width: int, names: list[str],
+             parts: str) -> dict[int, int]:
+    """Write each ``(rows with _pos, bytes of the batches they keep alive)`` to ``{parts}/{k}.parquet``,
+    k = (_pos - lo) // width, in runs of :data:`WINDOW_ROWS` rows or :data:`FLUSH_BYTES` held bytes; returns
+    each bucket's bytes in memory (polars' ``estimated_size``; a file's parquet sizes are encoded ones: a row
+    group of tokenized documents is 43 MB encoded before compression, 106 MB in memory)."""
+    writers: dict[int, pq.ParquetWriter] = {}
+    sizes: dict[int, int] = {}
+    pending: list[pl.DataFrame] = []
+    held = held_bytes = 0
+
+    def flush() -> None:
+        nonlocal held, held_bytes
+        run = pl.concat(pending).with_columns(((pl.col("_pos") - lo) // width).alias("_part"))
+        pending.clear()
+        held = held_bytes = 0
+        for (part,), bucket in run.group_by("_part"):
+            table = bucket.select(*names, "_pos").to_arrow()
+            if part not in writers:  # no statistics: a writer holds every row group's footer entry until closed
+                writers[part] = pq.ParquetWriter(f"{parts}/{part}.parquet", table.schema, write_statistics=False)
+            writers[part].write_table(table)
+            sizes[part] = sizes.get(part, 0) + bucket.estimated_size()
+
+    try:
+        for frame, nbytes in hits:
+            pending.append(frame)
+            held, held_bytes = held + len(frame), held_bytes + nbytes
+            if held >= WINDOW_ROWS or held_bytes >= FLUSH_BYTES:
+                flush()
+        if pending:
+            flush()
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return sizes
+
+
+def _in_order(path: str, lo: int, span: int, size: int, names: list[str], batch_rows: int) -> Iterator[pl.DataFrame]:
+    """The rows of ``path`` (positions ``_pos``: lo, lo + 1, ..., lo + span - 1, once each) sorted by position
+    without ``_pos`` (``size``: their bytes in memory). A file of more than :data:`WINDOW_ROWS` rows or
+    :data:`WINDOW_BYTES` bytes is split into buckets beside it first: pack asks for the longest documents first,
+    and at 64x the first 20,000 held 137M tokens (0.69 GB; the first window peaked 2 GB above the rest).
+
+    Raises:
+        ValueError: the positions are not those (a wanted key missing while another is repeated).
+    """
+    if not Path(path).exists():
+        raise ValueError(f"positions {lo}..{lo + span - 1}: no wanted row found (another was repeated)")
+    if span <= WINDOW_ROWS and (size <= WINDOW_BYTES or span == 1):
+        window = pl.read_parquet(path)
+        pos = window["_pos"].to_numpy()
+        by_pos = np.argsort(pos, kind="stable")
+        if not np.array_equal(pos[by_pos], np.arange(lo, lo + span)):
+            raise ValueError(f"positions {lo}..{lo + span - 1}: a wanted row is missing or repeated")
+        window = window.drop("_pos")
+        for start in range(0, span, batch_rows):  # gathered a batch at a time: no sorted copy of the window
+            yield window[by_pos[start:start + batch_rows]]
+        return
+    fan = min(span, max(fan_out(span), min(FAN_OUT, -(-size // WINDOW_BYTES))))
+    width = -(-span // fan)
+    with tempfile.TemporaryDirectory(dir=Path(path).parent, prefix="split-") as parts:
+        rows = max(1, min(BATCH_ROWS, WINDOW_BYTES // 8 * span // max(size, 1)))  # batches of ~WINDOW_BYTES / 8
+        sizes = _scatter(((pl.from_arrow(b), b.nbytes) for b in parquet_batches(path, rows)), lo, width, names, parts)
+        Path(path).unlink()  # its rows are in the buckets now
+        for k in range(-(-span // width)):  # fan buckets, or fewer when width rounded up
+            start = lo + k * width
+            yield from _in_order(f"{parts}/{k}.parquet", start, min(width, lo + span - start), sizes.get(k, 0), names,
+                                 batch_rows)
+
+
 def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray | None = None,
               columns: list[str] | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[pl.DataFrame]:
     """The rows of the parquet file ``path`` whose ``uuid`` is in ``uuids`` (or whose position in the
@@ -70,42 +161,27 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
     sorted_keys = wanted.gather(order)
     names = columns or pq.ParquetFile(path).schema_arrow.names
     read = names if uuids is None or "uuid" in names else [*names, "uuid"]
+    n = len(wanted)
+    fan = fan_out(n)
+    width = max(1, -(-n // fan))
+    found = 0
+
+    def hits() -> Iterator[tuple[pl.DataFrame, int]]:  # the file's wanted rows, with their wanted position
+        nonlocal found
+        first = 0
+        for batch in parquet_batches(path, batch_rows, columns=read):
+            frame = pl.from_arrow(batch)
+            keys = frame["uuid"] if uuids is not None else pl.Series(np.arange(first, first + len(frame)))
+            first += len(frame)
+            at, idx = matches(sorted_keys, keys)
+            if len(at):
+                found += len(at)  # the hits' strings are views into the batch's buffers: they keep it alive
+                yield frame[at].with_columns(pl.Series("_pos", order[idx])), batch.nbytes
+
     with tempfile.TemporaryDirectory(dir=scratch(), prefix="take-") as parts:
-        writers: dict[int, pq.ParquetWriter] = {}
-        pending: list[pl.DataFrame] = []
-        held = held_bytes = found = first = 0
-
-        def scatter() -> None:
-            nonlocal held, held_bytes
-            hits = pl.concat(pending).with_columns((pl.col("_pos") // WINDOW_ROWS).alias("_part"))
-            pending.clear()
-            held = held_bytes = 0
-            for (part,), window in hits.group_by("_part"):
-                table = window.select(*names, "_pos").to_arrow()
-                if part not in writers:
-                    writers[part] = pq.ParquetWriter(f"{parts}/{part}.parquet", table.schema)
-                writers[part].write_table(table)
-
-        try:  # one pass: each wanted row goes to the file of its window of positions
-            for batch in parquet_batches(path, batch_rows, columns=read):
-                frame = pl.from_arrow(batch)
-                keys = frame["uuid"] if uuids is not None else pl.Series(np.arange(first, first + len(frame)))
-                first += len(frame)
-                at, idx = matches(sorted_keys, keys)
-                if not len(at):
-                    continue
-                hit = frame[at].with_columns(pl.Series("_pos", order[idx]))
-                found += len(hit)
-                pending.append(hit)  # its strings are views into the batch's buffers: it keeps the batch alive
-                held, held_bytes = held + len(hit), held_bytes + batch.nbytes
-                if held >= WINDOW_ROWS or held_bytes >= FLUSH_BYTES:
-                    scatter()
-            if pending:
-                scatter()
-        finally:
-            for writer in writers.values():
-                writer.close()
-        if found != len(wanted):
-            raise ValueError(f"{path}: {len(wanted)} rows asked for, {found} match (missing or repeated keys)")
-        for part in range(-(-len(wanted) // WINDOW_ROWS)):  # each window sorted on its own
-            yield from pl.read_parquet(f"{parts}/{part}.parquet").sort("_pos").drop("_pos").iter_slices(batch_rows)
+        sizes = _scatter(hits(), 0, width, names, parts)
+        if found != n:
+            raise ValueError(f"{path}: {n} rows asked for, {found} match (missing or repeated keys)")
+        for k in range(-(-n // width)):
+            yield from _in_order(f"{parts}/{k}.parquet", k * width, min(width, n - k * width), sizes.get(k, 0), names,
+                                 batch_rows)

@@ -12,7 +12,7 @@ import pytest
 
 from common.executor import write_frames
 from common.io import write_parquet
-from common.take import matches, member, take_rows
+from common.take import fan_out, matches, member, take_rows
 from packing.plan import plan_packs
 from packing.writer import iter_packs, packs_in_order
 
@@ -73,14 +73,71 @@ def test_a_sparse_take_flushes_once_its_hits_hold_flush_bytes_of_batches(tmp_pat
     assert sum(writes) == 30 and len(writes) >= 10  # 30 batches, a flush every 2 or 3 (one window)
 
 
+def test_a_take_past_fan_out_windows_splits_its_buckets_again_with_few_files_and_row_groups(tmp_path, monkeypatch):
+    """60 windows of 5 positions with at most 3 buckets a pass: four passes (3^4 >= 60), never more than 3
+    writers open, and every row written once a pass in runs (one file per window wrote a row group per window
+    per run: (n / WINDOW_ROWS)^2 of them for a random order)."""
+    monkeypatch.setattr("common.take.WINDOW_ROWS", 5)
+    monkeypatch.setattr("common.take.FAN_OUT", 3)
+    df = _table(300)
+    df.write_parquet(tmp_path / "t.parquet", row_group_size=50)
+    open_now, most, writes = [0], [0], []
+    init, close, write = pq.ParquetWriter.__init__, pq.ParquetWriter.close, pq.ParquetWriter.write_table
+
+    def opened(self, *a, **k):
+        init(self, *a, **k)
+        open_now[0] += 1
+        most[0] = max(most[0], open_now[0])
+
+    def closed(self):
+        open_now[0] -= 1
+        close(self)
+
+    monkeypatch.setattr(pq.ParquetWriter, "__init__", opened)
+    monkeypatch.setattr(pq.ParquetWriter, "close", closed)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", lambda self, t, *a, **k: (writes.append(len(t)),
+                                                                                  write(self, t, *a, **k))[1])
+    order = np.random.default_rng(2).permutation(300)
+    got = pl.concat(take_rows(tmp_path / "t.parquet", rows=order, batch_rows=7))
+    assert got["uuid"].to_list() == [f"u{i:04d}" for i in order]
+    assert got.to_dicts() == df[order].to_dicts()
+    assert [fan_out(n) for n in (5, 6, 15, 16, 45, 46, 300)] == [1, 2, 3, 2, 3, 3, 3]
+    assert most[0] == 3 and sum(writes) == 4 * 300 and open_now[0] == 0
+
+
+def test_a_window_of_long_rows_is_split_by_its_bytes_not_only_its_rows(tmp_path, monkeypatch):
+    """Pack asks for the longest documents first, so a window of WINDOW_ROWS positions can hold far more bytes
+    than the average (at 64x the first 20,000 documents held 0.69 GB of tokens): every window sorted in memory
+    holds at most WINDOW_BYTES in memory, or one row."""
+    monkeypatch.setattr("common.take.WINDOW_BYTES", 2_000)
+    df = _table(300)
+    df.write_parquet(tmp_path / "t.parquet", row_group_size=50)
+    windows = []
+    read = pl.read_parquet
+
+    def spy(path, *a, **k):
+        window = read(path, *a, **k)
+        windows.append((len(window), window.estimated_size()))
+        return window
+
+    monkeypatch.setattr(pl, "read_parquet", spy)
+    order = np.argsort(-df["input_ids"].list.len().to_numpy(), kind="stable")
+    got = pl.concat(take_rows(tmp_path / "t.parquet", rows=order, batch_rows=16))
+    assert got.to_dicts() == df[order].to_dicts()
+    assert sum(n for n, _ in windows) == 300 and len(windows) > 10
+    assert all(size <= 2_000 or n == 1 for n, size in windows), windows
+
+
 def test_a_missing_key_or_a_key_the_file_repeats_is_an_error_not_a_lost_or_extra_row(tmp_path):
     df = _table(10)
     df.write_parquet(tmp_path / "t.parquet")
-    pl.concat([df, df.head(1)]).write_parquet(tmp_path / "twice.parquet")
+    pl.concat([df.head(1), df.head(1), df.slice(2)]).write_parquet(tmp_path / "twice.parquet")
     with pytest.raises(ValueError, match="2 rows asked for, 1 match"):
         list(take_rows(tmp_path / "t.parquet", pl.Series(["u0001", "nope"])))
     with pytest.raises(ValueError, match="1 rows asked for, 2 match"):
         list(take_rows(tmp_path / "twice.parquet", pl.Series(["u0000"])))
+    with pytest.raises(ValueError, match="a wanted row is missing or repeated"):  # u0000 twice, u0001 not
+        list(take_rows(tmp_path / "twice.parquet", pl.Series(["u0000", "u0001"])))
 
 
 def test_packs_streamed_in_pack_order_equal_the_in_memory_packs(tmp_path, monkeypatch):
