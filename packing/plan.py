@@ -17,7 +17,7 @@ second. Ties go to the lowest pack id, so a plan is deterministic.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +56,14 @@ class PackPlan:
         return -(-self.tokens // self.pack_length)
 
 
+def _chunked(order: np.ndarray, lens: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, int]]:
+    """(index, length) of each document in ``order``, as Python ints made ``chunk`` at a time (two lists of n
+    ints at once are 72 bytes a document)."""
+    for start in range(0, len(order), chunk):
+        part = order[start:start + chunk]
+        yield from zip(part.tolist(), lens[part].tolist(), strict=True)
+
+
 def plan_packs(lengths: Sequence[int] | np.ndarray, pack_length: int,
                names: Sequence[str] | None = None) -> PackPlan:
     """Plan best-fit-decreasing packs of ``lengths`` (tokens per document).
@@ -63,7 +71,8 @@ def plan_packs(lengths: Sequence[int] | np.ndarray, pack_length: int,
     Args:
         lengths: int [n] document lengths, each in ``[1, pack_length]``.
         pack_length: tokens per pack (the paper's SFT uses 262144).
-        names: document names (uuids) for error messages.
+        names: document names (uuids) for error messages: a list, or any sequence indexed by position
+            (a pyarrow string column: names are only read for the error).
 
     Returns:
         A :class:`PackPlan`; every document index appears in exactly one pack.
@@ -90,7 +99,7 @@ def plan_packs(lengths: Sequence[int] | np.ndarray, pack_length: int,
     open_keys: list[int] = []
     packs: list[list[int]] = []
     fill: list[int] = []
-    for idx, n in zip(order.tolist(), lens[order].tolist(), strict=True):
+    for idx, n in _chunked(order, lens):
         i = bisect_left(open_keys, n << _SHIFT)
         if i == len(open_keys):
             pid, room = len(packs), pack_length - n
