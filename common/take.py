@@ -36,6 +36,7 @@ from common.io import parquet_batches, scratch
 BATCH_ROWS = 10_000
 WINDOW_ROWS = 20_000  # rows sorted at once, at most
 WINDOW_BYTES = 512 << 20  # bytes in memory of the rows sorted at once, at most (but one row)
+GATHER_ROWS = 4_096  # rows of a window put in order at once
 FLUSH_BYTES = 256 << 20  # bytes of the read batches whose hits are held before they are scattered
 FAN_OUT = 128  # bucket files a pass writes at most
 
@@ -128,8 +129,9 @@ def _in_order(path: str, lo: int, span: int, size: int, names: list[str], batch_
         if not np.array_equal(pos[by_pos], np.arange(lo, lo + span)):
             raise ValueError(f"positions {lo}..{lo + span - 1}: a wanted row is missing or repeated")
         window = window.drop("_pos")
-        for start in range(0, span, batch_rows):  # gathered a batch at a time: no sorted copy of the window
-            yield window[by_pos[start:start + batch_rows]]
+        step = batch_rows * max(1, GATHER_ROWS // batch_rows)  # gathered a few batches at a time: no sorted
+        for start in range(0, span, step):  # copy of the window, and not a gather call per 256-row batch
+            yield from window[by_pos[start:start + step]].iter_slices(batch_rows)
         return
     fan = min(span, max(fan_out(span), min(FAN_OUT, -(-size // WINDOW_BYTES))))
     width = -(-span // fan)
