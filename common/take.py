@@ -15,7 +15,7 @@ or sooner once the batches they came from reach ``FLUSH_BYTES`` (a hit's strings
 batch, so a sparse take held 20,000 hits from up to 20,000 whole batches: build at 64x peaked at
 10.2 GB). Every run writes a row group to each bucket it reaches, so one file per window of positions
 (as before) wrote (n / WINDOW_ROWS)^2 row groups for a random order, whose footers the open writers
-hold: a random take of 3.2M small rows took 8.3x the time of 0.8M, and 24.8M rows would have written
+hold: a random take of 12.8M small rows took 9.2x the CPU of 3.2M (``benchmarks/take.py``), and 24.8M rows would have written
 1.5M row groups; with at most ``FAN_OUT`` buckets a pass writes at most n / WINDOW_ROWS x FAN_OUT, and
 every row is written once per pass (one pass up to ``FAN_OUT`` x ``WINDOW_ROWS`` rows, two up to
 ``FAN_OUT``^2 x ``WINDOW_ROWS``).
@@ -139,10 +139,17 @@ def _in_order(path: str, lo: int, span: int, size: int, names: list[str], batch_
         rows = max(1, min(BATCH_ROWS, WINDOW_BYTES // 8 * span // max(size, 1)))  # batches of ~WINDOW_BYTES / 8
         sizes = _scatter(((pl.from_arrow(b), b.nbytes) for b in parquet_batches(path, rows)), lo, width, names, parts)
         Path(path).unlink()  # its rows are in the buckets now
-        for k in range(-(-span // width)):  # fan buckets, or fewer when width rounded up
-            start = lo + k * width
-            yield from _in_order(f"{parts}/{k}.parquet", start, min(width, lo + span - start), sizes.get(k, 0), names,
-                                 batch_rows)
+        yield from _buckets(parts, lo, span, width, sizes, names, batch_rows)
+
+
+def _buckets(parts: str, lo: int, span: int, width: int, sizes: dict[int, int], names: list[str],
+             batch_rows: int) -> Iterator[pl.DataFrame]:
+    """The rows of :func:`_scatter`'s buckets of ``span`` positions from ``lo`` in ``parts``, in order (the
+    last bucket may be short, and there may be fewer than asked for when ``width`` was rounded up)."""
+    for k in range(-(-span // width)):
+        start = lo + k * width
+        yield from _in_order(f"{parts}/{k}.parquet", start, min(width, lo + span - start), sizes.get(k, 0), names,
+                             batch_rows)
 
 
 def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray | None = None,
@@ -184,6 +191,4 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
         sizes = _scatter(hits(), 0, width, names, parts)
         if found != n:
             raise ValueError(f"{path}: {n} rows asked for, {found} match (missing or repeated keys)")
-        for k in range(-(-n // width)):
-            yield from _in_order(f"{parts}/{k}.parquet", k * width, min(width, n - k * width), sizes.get(k, 0), names,
-                                 batch_rows)
+        yield from _buckets(parts, 0, n, width, sizes, names, batch_rows)
