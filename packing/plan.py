@@ -11,34 +11,54 @@ The open packs live in one sorted Python list of integer keys
 ``room << 32 | pack_id``; ``bisect`` finds the best fit in O(log P) and the
 list edit is one memmove of at most P pointers (P = open packs, ~6,300 for
 1 M SFT-sized documents at 256K), so a million documents plan in about a
-second. Ties go to the lowest pack id, so a plan is deterministic.
+second. Ties go to the lowest pack id, so a plan is deterministic. The plan is
+arrays, not a list per pack: 20 bytes a document while planning (lengths, order,
+pack of each), the order (8 bytes a document) after.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 _SHIFT = 32
 _LOW = (1 << _SHIFT) - 1
+_CHUNK = 1 << 16  # documents placed per numpy -> Python conversion
 
 
 @dataclass
 class PackPlan:
-    """The packs of a plan.
+    """The packs of a plan, as arrays (no Python object per document).
 
     Attributes:
-        packs: document indices of each pack, in the order they were placed (longest first).
+        order: int64 [n_documents] document indices in pack order: pack 0's documents, then pack 1's, each
+            pack's in the order they were placed (longest first).
+        offsets: int64 [n_packs + 1] pack ``k`` holds ``order[offsets[k]:offsets[k + 1]]``.
         fill: int64 [n_packs] tokens in each pack.
         pack_length: tokens a pack may hold.
     """
 
-    packs: list[list[int]]
+    order: np.ndarray
+    offsets: np.ndarray
     fill: np.ndarray
     pack_length: int
+
+    def __len__(self) -> int:
+        """The number of packs."""
+        return len(self.fill)
+
+    @property
+    def packs(self) -> list[list[int]]:
+        """Document indices of each pack as Python lists (a Python int per document: for small plans)."""
+        return [part.tolist() for part in np.split(self.order, self.offsets[1:-1])] if len(self) else []
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """int64 [n_packs] documents in each pack."""
+        return np.diff(self.offsets)
 
     @property
     def tokens(self) -> int:
@@ -48,20 +68,12 @@ class PackPlan:
     @property
     def efficiency(self) -> float:
         """Packing efficiency = tokens / (packs x pack_length), in [0, 1]; 0 for an empty plan."""
-        return self.tokens / (len(self.packs) * self.pack_length) if self.packs else 0.0
+        return self.tokens / (len(self) * self.pack_length) if len(self) else 0.0
 
     @property
     def min_packs(self) -> int:
         """The lower bound ceil(tokens / pack_length) on the number of packs."""
         return -(-self.tokens // self.pack_length)
-
-
-def _chunked(order: np.ndarray, lens: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, int]]:
-    """(index, length) of each document in ``order``, as Python ints made ``chunk`` at a time (two lists of n
-    ints at once are 72 bytes a document)."""
-    for start in range(0, len(order), chunk):
-        part = order[start:start + chunk]
-        yield from zip(part.tolist(), lens[part].tolist(), strict=True)
 
 
 def plan_packs(lengths: Sequence[int] | np.ndarray, pack_length: int,
@@ -96,20 +108,26 @@ def plan_packs(lengths: Sequence[int] | np.ndarray, pack_length: int,
         raise ValueError(f"document {who} has {lens[i]} tokens, outside [1, pack_length={pack_length}] "
                          f"({len(bad)} such documents); apply the overflow policy (reject|truncate|split) first")
     order = np.argsort(-lens, kind="stable")
+    pack_of = np.empty(len(lens), np.int32 if len(lens) < 1 << 31 else np.int64)  # pack of order[j]
     open_keys: list[int] = []
-    packs: list[list[int]] = []
     fill: list[int] = []
-    for idx, n in _chunked(order, lens):
-        i = bisect_left(open_keys, n << _SHIFT)
-        if i == len(open_keys):
-            pid, room = len(packs), pack_length - n
-            packs.append([idx])
-            fill.append(n)
-        else:
-            key = open_keys.pop(i)
-            pid, room = key & _LOW, (key >> _SHIFT) - n
-            packs[pid].append(idx)
-            fill[pid] += n
-        if room:
-            insort(open_keys, room << _SHIFT | pid)
-    return PackPlan(packs, np.asarray(fill, dtype=np.int64), pack_length)
+    for start in range(0, len(order), _CHUNK):  # Python ints for a chunk at a time, not for every document
+        pids = []
+        for n in lens[order[start:start + _CHUNK]].tolist():
+            i = bisect_left(open_keys, n << _SHIFT)
+            if i == len(open_keys):
+                pid, room = len(fill), pack_length - n
+                fill.append(n)
+            else:
+                key = open_keys.pop(i)
+                pid, room = key & _LOW, (key >> _SHIFT) - n
+                fill[pid] += n
+            pids.append(pid)
+            if room:
+                insort(open_keys, room << _SHIFT | pid)
+        pack_of[start:start + len(pids)] = pids
+    # pack order: by pack id, each pack's documents in placement order (a stable sort keeps it)
+    order = order[np.argsort(pack_of, kind="stable")]
+    offsets = np.zeros(len(fill) + 1, np.int64)
+    np.cumsum(np.bincount(pack_of, minlength=len(fill)), out=offsets[1:])
+    return PackPlan(order, offsets, np.asarray(fill, dtype=np.int64), pack_length)

@@ -220,27 +220,37 @@ def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_d
     lengths, fills = {}, {}
     for split in SPLITS:
         path = in_dir / f"{split}.parquet"
-        table = pq.read_table(path, columns=["uuid", "num_tokens"]) if path.exists() else read_parquet(path)
-        lens = table.column("num_tokens").to_numpy()
-        plan = plan_packs(lens, length, table.column("uuid"))  # not a list: ~90 bytes a document
+        lens = pq.read_table(path, columns=["num_tokens"]) if path.exists() else read_parquet(path)
+        lens = lens.column("num_tokens").to_numpy()
+        plan = plan_packs(lens, length, _UuidAt(path))  # uuids are read only to name a bad document
         tally = {"num_tokens": 0, "num_padding": 0, "num_supervised": 0}
-        docs = take_rows(path, rows=np.concatenate([np.zeros(0, np.int64), *map(np.asarray, plan.packs)]),
-                         columns=["uuid", "input_ids", "loss_mask"], batch_rows=DOC_BATCH)  # the tokens, in pack order
+        docs = take_rows(path, rows=plan.order, columns=["uuid", "input_ids", "loss_mask"],
+                         batch_rows=DOC_BATCH)  # the tokens, in pack order
         n = write_packs(_tally(packs_in_order(docs, plan, multiple, pad_id), tally), out_dir / f"{split}.parquet",
                         per_group)
         packed_tokens, padding, supervised = (tally["num_tokens"] - tally["num_padding"], tally["num_padding"],
                                               tally["num_supervised"])
-        if packed_tokens != int(lens.sum()) or n != len(plan.packs):
+        if packed_tokens != int(lens.sum()) or n != len(plan):
             raise AssertionError(f"pack {split}: {lens.sum()} tokens in != {packed_tokens} packed")
-        docs_total += table.num_rows
+        docs_total += len(lens)
         lengths[split], fills[split] = lens, plan.fill / length
-        stats[split] = {"documents": table.num_rows, "tokens_in": int(lens.sum()), "tokens_packed": packed_tokens,
+        stats[split] = {"documents": len(lens), "tokens_in": int(lens.sum()), "tokens_packed": packed_tokens,
                         "tokens_dropped": 0, "padding_tokens": padding, "supervised_tokens": supervised,
                         "packs": n, "min_packs": plan.min_packs, "efficiency": round(plan.efficiency, 6),
                         "max_document": int(lens.max()) if len(lens) else 0}
     _plots(lengths, fills, length, plots_dir)
     return finish_step("pack", docs_total, docs_total, Rejects("pack"), root, pack_length=length,
                        pad_to_multiple_of=multiple, splits=stats)
+
+
+class _UuidAt:
+    """The ``uuid`` of a tokenized file's row by position, read when asked (an error names one document)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __getitem__(self, i: int) -> str:
+        return pq.read_table(self.path, columns=["uuid"]).column("uuid")[i].as_py()
 
 
 def _tally(rows: Iterator[dict], totals: dict[str, int]) -> Iterator[dict]:

@@ -108,7 +108,7 @@ def iter_packs(tokenized: pa.Table, plan: PackPlan, pad_to_multiple_of: int = 1,
 def packs_in_order(frames: Iterable[pl.DataFrame], plan: PackPlan, pad_to_multiple_of: int = 1,
                    pad_token_id: int = 0) -> Iterator[dict]:
     """Yield the pack rows of ``plan`` from ``frames`` (columns ``uuid``, ``input_ids``, ``loss_mask``)
-    that hold the documents of ``plan.packs`` in pack order (``np.concatenate(plan.packs)``, e.g.
+    that hold the documents of ``plan`` in pack order (``plan.order``, e.g.
     :func:`common.take.take_rows` of those positions): the same rows as :func:`iter_packs` on the
     whole table, holding one frame of documents at a time.
 
@@ -119,11 +119,11 @@ def packs_in_order(frames: Iterable[pl.DataFrame], plan: PackPlan, pad_to_multip
     mask_q: deque[np.ndarray] = deque()
     uuid_q: deque[str] = deque()
     stream = iter(frames)
-    for docs in plan.packs:
-        while len(ids_q) < len(docs):
+    for n in plan.sizes.tolist():
+        while len(ids_q) < n:
             frame = next(stream, None)
             if frame is None:
-                raise ValueError(f"the document stream ended before pack of {len(docs)} documents")
+                raise ValueError(f"the document stream ended before pack of {n} documents")
             table = frame.to_arrow()
             ids, mask = (table.column(c).combine_chunks() for c in ("input_ids", "loss_mask"))
             io, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
@@ -131,7 +131,6 @@ def packs_in_order(frames: Iterable[pl.DataFrame], plan: PackPlan, pad_to_multip
             ids_q.extend(iv[io[k]:io[k + 1]] for k in range(len(frame)))
             mask_q.extend(mv[mo[k]:mo[k + 1]] for k in range(len(frame)))
             uuid_q.extend(frame["uuid"].to_list())
-        n = len(docs)
         yield assemble_pack([ids_q.popleft() for _ in range(n)], [mask_q.popleft() for _ in range(n)],
                             [uuid_q.popleft() for _ in range(n)], pad_to_multiple_of, pad_token_id)
 

@@ -80,6 +80,9 @@ def test_plan_is_best_fit_not_first_fit():
     # 7 | 4 4 -> the last 1 goes to the pack with the least room (2 after 4+4), first-fit would pick 7's pack
     plan = plan_packs([4, 1, 7, 4], 10)
     assert plan.packs == [[2], [0, 3, 1]] and plan.fill.tolist() == [7, 9]
+    # the arrays behind it: documents in pack order (placement order inside a pack) and each pack's slice
+    assert plan.order.tolist() == [2, 0, 3, 1] and plan.offsets.tolist() == [0, 1, 4] and len(plan) == 2
+    assert plan.sizes.tolist() == [1, 3]
 
 
 @settings(max_examples=60, deadline=None)

@@ -146,7 +146,7 @@ def test_packs_streamed_in_pack_order_equal_the_in_memory_packs(tmp_path, monkey
     df.write_parquet(tmp_path / "t.parquet", row_group_size=50)
     table = pq.read_table(tmp_path / "t.parquet")
     plan = plan_packs(df["input_ids"].list.len().to_numpy(), 64, df["uuid"].to_list())
-    docs = take_rows(tmp_path / "t.parquet", rows=np.concatenate([np.asarray(p) for p in plan.packs]),
+    docs = take_rows(tmp_path / "t.parquet", rows=plan.order,
                      columns=["uuid", "input_ids", "loss_mask"], batch_rows=7)
     streamed = list(packs_in_order(docs, plan, 8, 0))
     whole = list(iter_packs(table, plan, 8, 0))
