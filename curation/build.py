@@ -4,7 +4,8 @@ An RL row that breaks its verifier's contract (:func:`contract_reason`: ``ground
 strict JSON, a required key missing or of the wrong type, an unknown instruction id...) never
 reaches a set: it is rejected with reason ``verifier_contract: <agent_ref>: <detail>``.
 
-Selection is deterministic: rows are ranked by ``md5(seed + uuid)``; the first
+Selection is deterministic: rows are ranked by ``md5(seed + uuid)`` (as two unsigned 64-bit halves, the
+order of the hex digest); the first
 ``validation_rows`` of each group form the validation split, and per-group
 caps (``max_rows``) keep the lowest-ranked rows. Rows a cap leaves out are
 rejected with reason ``mix_cap`` so the counts balance. RL sets exist only for
@@ -24,9 +25,12 @@ if TYPE_CHECKING:
 
 
 def rank_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
-    """``df`` plus ``_rank`` = ``md5(f"{seed}:{uuid}")`` (hex): the per-row part of ``build``, mapped
-    over the decontaminated tables by the executor."""
-    return df.with_columns(md5_hex(df["uuid"], f"{seed}:").alias("_rank"))
+    """``df`` plus ``_rank`` = ``md5(f"{seed}:{uuid}")`` as a struct of its high and low 64 bits (UInt64
+    ``hi``, ``lo``: 16 bytes a row, sorted as the hex digest is): the per-row part of ``build``, mapped over
+    the decontaminated tables by the executor."""
+    digest = md5_hex(df["uuid"], f"{seed}:")
+    half = {k: digest.str.slice(i, 16).str.to_integer(base=16, dtype=pl.UInt64) for k, i in (("hi", 0), ("lo", 16))}
+    return df.with_columns(pl.struct(**half).alias("_rank"))
 
 
 CONTRACT = "_contract"  # the column of :func:`contract_batch`: why a row breaks its verifier's contract
@@ -53,15 +57,15 @@ def contract_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
     return rank_batch(df, seed).with_columns(pl.Series(CONTRACT, reasons, dtype=pl.String))
 
 
-KEYS = ("uuid", "source", "domain", "_rank")  # what build_sets decides on: the rows follow by uuid
+KEYS = ("source", "domain", "_rank")  # what build_sets decides on: the rows follow by position in the file
 
 
 def key_batch(df: pl.DataFrame, seed: int, kind: str) -> pl.DataFrame:
     """The map of ``build`` over a ``kind`` table: :data:`KEYS` of each row (and ``agent_ref`` and
-    :data:`CONTRACT` for RL rows, :func:`contract_batch`), so the driver holds ~100 bytes a row, not the rows."""
-    if kind == "rl":
-        return contract_batch(df, seed).select(*KEYS, "agent_ref", CONTRACT)
-    return rank_batch(df, seed).select(KEYS)
+    :data:`CONTRACT` for RL rows, :func:`contract_batch`), strings as categoricals: the driver holds ~25
+    bytes a row (plus the row's position it adds), not the rows."""
+    keys = contract_batch(df, seed).select(*KEYS, "agent_ref", CONTRACT) if kind == "rl" else rank_batch(df, seed)
+    return keys.select(pl.col(pl.String).cast(pl.Categorical), "_rank")
 
 
 def drop_broken(rl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -69,12 +73,17 @@ def drop_broken(rl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     ``reason`` and without ``_rank``): what ``build`` keeps and what it rejects."""
     broken = rl[CONTRACT].is_not_null()
     return (rl.filter(~broken).drop(CONTRACT),
-            rl.filter(broken).drop("_rank", strict=False).rename({CONTRACT: "reason"}))
+            rl.filter(broken).drop("_rank", strict=False).rename({CONTRACT: "reason"})
+            .with_columns(pl.col("reason").cast(pl.String)))
 
 
-def _rank(df: pl.DataFrame, seed: int) -> pl.DataFrame:
-    """``df`` sorted by its seeded rank (the ``_rank`` column of :func:`rank_batch`, computed when absent)."""
-    return (df if "_rank" in df.columns else rank_batch(df, seed)).sort("_rank")
+def _rank(df: pl.DataFrame, seed: int) -> tuple[pl.DataFrame, list[str]]:
+    """``df`` sorted by its seeded rank (the ``_rank`` column of :func:`rank_batch`, computed when absent),
+    and the columns to drop from what is made of it: ``_rank`` when it was computed here (a given one is kept,
+    so a set split from keys can be drawn into a mix without its uuids)."""
+    if "_rank" in df.columns:
+        return df.sort("_rank"), []
+    return rank_batch(df, seed).sort("_rank"), ["_rank"]
 
 
 def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
@@ -82,13 +91,14 @@ def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
     """Split one group into (train, validation, capped) by the seeded rank.
 
     ``validation_rows`` is capped at ``max_fraction`` of the group (a tenth by default) so small
-    groups keep most rows for training. ``max_rows`` bounds train + validation.
+    groups keep most rows for training. ``max_rows`` bounds train + validation. The parts have ``df``'s
+    columns (a ``_rank`` it lacked is computed and not returned).
     """
-    ranked = _rank(df, seed)
+    ranked, extra = _rank(df, seed)
     keep = ranked if max_rows is None else ranked.head(max_rows)
-    capped = ranked.slice(len(keep)).drop("_rank")
+    capped = ranked.slice(len(keep)).drop(extra)
     n_val = min(validation_rows, int(len(keep) * max_fraction))
-    return keep.slice(n_val).drop("_rank"), keep.head(n_val).drop("_rank"), capped
+    return keep.slice(n_val).drop(extra), keep.head(n_val).drop(extra), capped
 
 
 def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: BuildParams
@@ -159,9 +169,11 @@ def draw_mix(sets: dict[str, dict[str, pl.DataFrame]], weights: dict[str, float]
             stats[domain] = {"wanted": want, "train": 0, "validation": 0, "shortfall": want, "no_set": True}
             continue
         src = sets[f"rl/{domain}"]
-        train = _rank(src["train"], seed).head(want).drop("_rank")
+        ranked, extra = _rank(src["train"], seed)
+        train = ranked.head(want).drop(extra)
         n_val = round(len(src["validation"]) * want / max(len(src["train"]), 1))
-        val = _rank(src["validation"], seed).head(n_val).drop("_rank")
+        ranked, extra = _rank(src["validation"], seed)
+        val = ranked.head(n_val).drop(extra)
         splits["train"].append(train)
         splits["validation"].append(val)
         stats[domain] = {"wanted": want, "train": len(train), "validation": len(val),

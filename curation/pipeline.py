@@ -66,6 +66,7 @@ def _empty(kind: str) -> pl.DataFrame:
 
 
 MAP_BATCH_ROWS = 10_000  # rows per map batch of build and export (cheap per-row maps)
+ROW = "_row"  # build's keys: the row's position in its decontaminated file (what the sets are read back by)
 
 
 def step_fetch(params: PipelineParams) -> dict[str, Any]:
@@ -196,9 +197,10 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits. An RL row
     that breaks its verifier's contract (:func:`curation.build.contract_reason`) is rejected, not built.
 
-    The executor maps each row to its keys (uuid, source, domain, seeded rank; the RL contract check);
-    the splits, caps and mixes are decided on the keys, and each set's rows are then read in their
-    order out of core (:func:`common.take.take_rows`), so memory holds keys, not tables."""
+    The executor maps each row to its keys (source, domain, seeded rank; the RL contract check); the
+    splits, caps and mixes are decided on the keys and each row's position in its file, and each set's rows
+    are then read in their order out of core (:func:`common.take.take_rows`), so memory holds keys, not
+    tables."""
     from common.executor import gather, open_executor, write_frames
     from common.take import take_rows
     from curation.build import build_sets, drop_broken, key_batch
@@ -208,7 +210,7 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     with open_executor(params.executor) as ex:  # the seeded rank of each row (and the RL rows' verifier
         # contract) is the map; the splits are global
         sft, rl = (gather(ex, src[k], key_batch, MAP_BATCH_ROWS, {"seed": seed, "kind": k},
-                          key_batch(_empty(k), seed, k)) for k in KINDS)
+                          key_batch(_empty(k), seed, k)).with_row_index(ROW) for k in KINDS)
     rows_in = len(sft) + len(rl)
     rl, broken = drop_broken(rl)
     sets, capped, stats = build_sets(sft, rl, params.build)
@@ -217,7 +219,7 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     mixes = {f"rl/{m}" for m in stats["mixes"]}
 
     def rows(kind: str, keys: pl.DataFrame) -> pl.DataFrame:  # whole rows of a few rejected keys, with reason
-        full = pl.concat([_empty(kind), *take_rows(src[kind], keys["uuid"])], how="vertical_relaxed")
+        full = pl.concat([_empty(kind), *take_rows(src[kind], rows=keys[ROW].to_numpy())], how="vertical_relaxed")
         return full.with_columns(keys["reason"])
 
     rejects.extend_frame(rows("rl", broken))
@@ -226,8 +228,8 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     for name, splits in sets.items():
         kind = name.split("/")[0]
         for split, df in splits.items():
-            write_frames(take_rows(src[kind], df["uuid"]), SETS / name / f"{split}.parquet", SCHEMAS[kind],
-                         df["uuid"].chunk_lengths())  # a set concatenates groups: their chunks, as before
+            write_frames(take_rows(src[kind], rows=df[ROW].to_numpy()), SETS / name / f"{split}.parquet",
+                         SCHEMAS[kind], df[ROW].chunk_lengths())  # a set concatenates groups: their chunks, as before
             out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
     by_verifier = dict(sorted(broken.group_by("agent_ref").len().iter_rows())) if len(broken) else {}
     return finish_step("build", rows_in, out_rows, rejects, contract_rejects_by_verifier=by_verifier, **stats)

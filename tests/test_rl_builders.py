@@ -1,3 +1,4 @@
+import hashlib
 import json
 import random
 import re
@@ -20,7 +21,7 @@ from corpora.rl.if_constraints import (
 )
 from corpora.rl.long_context import draw_haystacks, make_task
 from corpora.schema import SCHEMAS
-from curation.build import draw_mix, split_group
+from curation.build import draw_mix, key_batch, rank_batch, split_group
 from curation.dedup import run_dedup
 from curation.ingest import ingest_source, source_root
 from curation.params import check_params
@@ -90,6 +91,21 @@ def test_validation_rows_are_capped_at_a_share_of_the_group():
     assert (len(train), len(val), len(capped)) == (468, 116, 0)
     assert set(val["uuid"]).isdisjoint(train["uuid"])
     assert len(split_group(group, 100, None, seed=1, max_fraction=0.2)[1]) == 100  # the row count binds first
+
+
+def test_rank_sorts_as_the_md5_hex_digest_and_keys_carry_no_uuid():
+    uuids = [f"row-{i}" for i in range(3000)]
+    ranked = rank_batch(pl.DataFrame({"uuid": uuids}), 7)
+    hex_of = {u: hashlib.md5(f"7:{u}".encode()).hexdigest() for u in uuids}
+    assert ranked.sort("_rank")["uuid"].to_list() == sorted(uuids, key=hex_of.get)
+    first = ranked.row(0, named=True)["_rank"]
+    assert (first["hi"], first["lo"]) == (int(hex_of["row-0"][:16], 16), int(hex_of["row-0"][16:], 16))
+    # the split keeps a rank it is given (a mix is drawn from the set's keys) and drops one it computed
+    group = rl_table([f"p{i}" for i in range(50)])
+    keys = key_batch(group, 7, "rl")
+    assert "uuid" not in keys.columns and keys["domain"].dtype == pl.Categorical
+    assert "_rank" in split_group(keys, 5, None, seed=7)[0].columns
+    assert "_rank" not in split_group(group, 5, None, seed=7)[0].columns
 
 
 def test_draw_mix_proportions_shortfall_and_errors():
