@@ -6,6 +6,7 @@ import itertools
 import json
 
 import numpy as np
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -267,3 +268,10 @@ def test_tokenize_and_pack_steps_conserve_tokens_and_write_metrics(smollm2_dir, 
     with pytest.raises(ValueError, match="max_length"):
         run_pack(PackParams(pack_length=32, packs_per_row_group=2), tp, tmp_path / "tok", tmp_path / "x",
                  tmp_path / "plots", tmp_path)
+    # a document longer than a pack (a tokenized file from elsewhere) is named by its uuid, read from the file
+    tok = pl.read_parquet(tmp_path / "tok" / "train.parquet")
+    tok.with_columns(pl.when(pl.int_range(pl.len()) == 2).then(500).otherwise("num_tokens").alias("num_tokens")
+                     ).write_parquet(tmp_path / "tok" / "train.parquet")
+    with pytest.raises(ValueError, match=f"document {tok['uuid'][2]} has 500 tokens"):
+        run_pack(PackParams(pack_length=128, pad_to_multiple_of=16, packs_per_row_group=2), tp,
+                 tmp_path / "tok", tmp_path / "x", tmp_path / "plots", tmp_path)
