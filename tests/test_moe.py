@@ -96,7 +96,9 @@ def test_window_normalization_one_micro_batch_of_two_rows_equals_two_of_one():
     assert one["expert_load"] == two["expert_load"]  # the padding of the 2-row batch is not counted
     assert sum(one["expert_load"]["model.layers.0.mlp.gate"]) == 12 * 2  # 12 real tokens x top 2
     assert one["loss"] == pytest.approx(two["loss"], rel=1e-6)
-    assert torch.allclose(g1, g2, rtol=1e-4, atol=1e-6)
+    # torch's float32 tolerances (rtol 1.3e-6, atol 1e-5): the two batch shapes sum in different orders, and
+    # atol 1e-6 failed on one of 132K entries (2.2e-6 off, on an AMD EPYC with 2 threads)
+    torch.testing.assert_close(g1, g2)
 
 
 
