@@ -179,12 +179,12 @@ def write_json(obj: Any, path: str | Path) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def read_parquet(path: str | Path) -> pa.Table:
-    """Read a step output; raises FileNotFoundError naming the missing input."""
+def read_parquet(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """Read a step output (only ``columns``, if given); raises FileNotFoundError naming the missing input."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"missing input {path}: run the step that writes it first (dvc repro)")
-    return pq.read_table(path)
+    return pq.read_table(path, columns=columns)
 
 
 SPILL = Path("rejects/.spill")  # spilled rejects of a step with no scratch (:func:`step_scratch`), not /tmp

@@ -220,8 +220,7 @@ def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_d
     lengths, fills = {}, {}
     for split in SPLITS:
         path = in_dir / f"{split}.parquet"
-        lens = pq.read_table(path, columns=["num_tokens"]) if path.exists() else read_parquet(path)
-        lens = lens.column("num_tokens").to_numpy()
+        lens = read_parquet(path, ["num_tokens"]).column("num_tokens").to_numpy()
         plan = plan_packs(lens, length, _UuidAt(path))  # uuids are read only to name a bad document
         tally = {"num_tokens": 0, "num_padding": 0, "num_supervised": 0}
         docs = take_rows(path, rows=plan.order, columns=["uuid", "input_ids", "loss_mask"],
