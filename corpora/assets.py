@@ -46,13 +46,17 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
 
 
 def _unstamp(model_dir: Path) -> None:
-    """Drop the ``transformers_version`` that ``save_pretrained`` stamps into the configs: the same GGUF
-    must give the same bytes under any transformers release (a stable ``dvc.lock`` on every machine)."""
-    for name in ("config.json", "generation_config.json"):
+    """Drop the ``transformers_version`` that ``save_pretrained`` stamps into the configs, and write the
+    tokenizer's ``local_files_only`` (a loading flag that transformers turns on under ``HF_HUB_OFFLINE=1``
+    and saves) as its default, false: the same GGUF must give the same bytes under any transformers release
+    and environment (a stable ``dvc.lock`` on every machine)."""
+    for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
         path = model_dir / name
         if path.exists():
             config = json.loads(path.read_text(encoding="utf-8"))
             config.pop("transformers_version", None)
+            if "local_files_only" in config:
+                config["local_files_only"] = False
             path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
