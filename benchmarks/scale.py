@@ -18,13 +18,14 @@ waited for and the sum of a 0.2 s psutil poll's last reading per process), and t
 largest sum over the process tree seen by that poll.
 
     python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
-        [--executor local|ray] [--threads N] [--code DIR] [--input ingested|decontaminated]
+        [--executor local|ray] [--threads N] [--code DIR]
+        [--input ingested|semdedup|decontaminated]
         [--json docs/scale/after.json] [--keep]
 
 ``--input decontaminated`` replicates decontaminate's output instead, for the steps from ``validate``
-on. ``--code DIR`` runs the steps from another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree``
-of the commit before a change, for a before/after table on the same machine and data. Needs the
-default pipeline's ``data/`` (``dvc repro export``).
+on (``--input semdedup``: semdedup's, from ``decontaminate`` on). ``--code DIR`` runs the steps from
+another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree`` of the commit before a change, for a
+before/after table on the same machine and data. Needs the default pipeline's ``data/`` (``dvc repro export``).
 """
 
 from __future__ import annotations
@@ -173,8 +174,9 @@ def main() -> None:
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--code", type=Path, help="checkout whose code runs the steps (default: this one)")
     ap.add_argument("--json", type=Path, help="append each result as a JSON line here")
-    ap.add_argument("--input", choices=("ingested", "decontaminated"), default="ingested",
-                    help="the table replicated: ingest's output (every step), or decontaminate's (validate onwards)")
+    ap.add_argument("--input", choices=("ingested", "semdedup", "decontaminated"), default="ingested",
+                    help="the table replicated: ingest's output (every step), semdedup's (decontaminate onwards) "
+                         "or decontaminate's (validate onwards)")
     ap.add_argument("--threads", type=int, help="executor.threads (default: params.yaml's)")
     ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
     ap.add_argument("--keep", action="store_true",

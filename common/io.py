@@ -187,6 +187,30 @@ def read_parquet(path: str | Path, columns: list[str] | None = None) -> pa.Table
     return pq.read_table(path, columns=columns)
 
 
+class PartWriters:
+    """Parquet files ``{directory}/{part}.parquet`` of a partitioned spill, each opened at its first table
+    and all closed on leaving the ``with`` block. Written without column statistics: an open writer holds
+    every row group's footer entry until it closes, so a pass over n rows into k parts holds O(row groups)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.writers: dict[int, pq.ParquetWriter] = {}
+
+    def write(self, part: int, table: pa.Table) -> None:
+        """Append ``table`` (one schema per part) as a row group of part ``part``."""
+        if part not in self.writers:
+            self.writers[part] = pq.ParquetWriter(self.directory / f"{part}.parquet", table.schema,
+                                                  write_statistics=False)
+        self.writers[part].write_table(table)
+
+    def __enter__(self) -> PartWriters:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
 SPILL = Path("rejects/.spill")  # spilled rejects of a step with no scratch (:func:`step_scratch`), not /tmp
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from common.io import parquet_batches, scratch
+from common.io import PartWriters, parquet_batches, scratch
 
 BATCH_ROWS = 10_000
 WINDOW_ROWS = 20_000  # rows sorted at once, at most
@@ -80,34 +80,27 @@ def _scatter(hits: Iterable[tuple[pl.DataFrame, int]], lo: int, width: int, name
     k = (_pos - lo) // width, in runs of :data:`WINDOW_ROWS` rows or :data:`FLUSH_BYTES` held bytes; returns
     each bucket's bytes in memory (polars' ``estimated_size``; a file's parquet sizes are encoded ones: a row
     group of tokenized documents is 43 MB encoded before compression, 106 MB in memory)."""
-    writers: dict[int, pq.ParquetWriter] = {}
     sizes: dict[int, int] = {}
     pending: list[pl.DataFrame] = []
     held = held_bytes = 0
 
-    def flush() -> None:
+    def flush(out: PartWriters) -> None:
         nonlocal held, held_bytes
         run = pl.concat(pending).with_columns(((pl.col("_pos") - lo) // width).alias("_part"))
         pending.clear()
         held = held_bytes = 0
         for (part,), bucket in run.group_by("_part"):
-            table = bucket.select(*names, "_pos").to_arrow()
-            if part not in writers:  # no statistics: a writer holds every row group's footer entry until closed
-                writers[part] = pq.ParquetWriter(f"{parts}/{part}.parquet", table.schema, write_statistics=False)
-            writers[part].write_table(table)
+            out.write(part, bucket.select(*names, "_pos").to_arrow())
             sizes[part] = sizes.get(part, 0) + bucket.estimated_size()
 
-    try:
+    with PartWriters(parts) as out:
         for frame, nbytes in hits:
             pending.append(frame)
             held, held_bytes = held + len(frame), held_bytes + nbytes
             if held >= WINDOW_ROWS or held_bytes >= FLUSH_BYTES:
-                flush()
+                flush(out)
         if pending:
-            flush()
-    finally:
-        for writer in writers.values():
-            writer.close()
+            flush(out)
     return sizes
 
 

@@ -28,6 +28,7 @@ construction. The rule and its audit on the pipeline's data: ``docs/decontaminat
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,23 +80,17 @@ def side_texts(train: pl.DataFrame, kind: str, sides: tuple[str, ...] = SIDES) -
     return pl.concat([texts[side]().alias("text") for side in sides])
 
 
-def _train_hits(scanned: ScannedRows) -> _Hits:
-    """All index hits of the scanned rows, as :class:`_Hits` (text number ``side * rows + row``)."""
-    rows = max(len(scanned.uuid), 1)
-    doc, nk = _unique_pairs(scanned.side * rows + scanned.row, scanned.key * 256 + scanned.n)
-    row, row_nk = _unique_pairs(doc % rows, nk)
-    return _Hits(doc, nk, row, row_nk, scanned.exact_side * rows + scanned.exact_row, scanned.exact_item)
-
-
 @dataclass
 class ScannedRows:
     """The rows of training tables that hold an index hit, as detection needs them: no text.
 
-    ``uuid`` (Utf8 ``[K]``), ``table`` (their kinds, object ``[K]``) and ``problem`` (uint64 ``[K]``: hash
+    ``uuid`` (Utf8 ``[K]``), ``table`` (their kinds, object ``[K]``), ``problem`` (uint64 ``[K]``: hash
     of the normalized prompt side, :func:`common.text.item_texts`; rows of one problem are one training
-    document) per row, in table then file order. N-gram hits: ``row``, ``side`` (position in ``sides``),
-    ``n`` and ``key`` (position in ``Lookup.sums[n]``), int64 ``[H]``; exact hits of short questions:
-    ``exact_row``, ``exact_side``, ``exact_item``, int64 ``[E]``.
+    document) and ``number`` (int64 ``[K]``, ascending: the row's number among all ``total`` rows scanned,
+    in table then file order, when these rows are one bucket of them) per row. N-gram hits: ``row``
+    (position in these rows), ``side`` (position in ``sides``), ``n`` and ``key`` (position in
+    ``Lookup.sums[n]``), int64 ``[H]``; exact hits of short questions: ``exact_row``, ``exact_side``,
+    ``exact_item``, int64 ``[E]``.
     """
 
     uuid: pl.Series
@@ -108,6 +103,8 @@ class ScannedRows:
     exact_row: np.ndarray
     exact_side: np.ndarray
     exact_item: np.ndarray
+    number: np.ndarray
+    total: int
 
 
 _HIT_LISTS = {"side": pl.UInt8, "n": pl.UInt8, "key": pl.Int64, "exact_side": pl.UInt8, "exact_item": pl.Int64}
@@ -141,18 +138,25 @@ def row_hits(frame: pl.DataFrame, kind: str, index: NgramIndex, sides: tuple[str
 def scanned_rows(parts: list[tuple[str, pl.DataFrame]]) -> ScannedRows:
     """:class:`ScannedRows` of the :func:`row_hits` frames ``parts`` (``(kind, frame)``, in table then file
     order): one row number over them all."""
-    frames = [f for _, f in parts]
-    rows = [len(f) for f in frames]
-    whole = pl.concat([pl.DataFrame(schema=HITS_SCHEMA), *frames])
+    frames = [f.with_columns(pl.lit(kind, pl.Utf8).alias("table")) for kind, f in parts]
+    whole = pl.concat([pl.DataFrame(schema={**HITS_SCHEMA, "table": pl.Utf8}), *frames])
+    return hits_frame_rows(whole.with_row_index("number").with_columns(pl.col("number").cast(pl.Int64)), len(whole))
+
+
+def hits_frame_rows(frame: pl.DataFrame, total: int) -> ScannedRows:
+    """:class:`ScannedRows` of ``frame``: :data:`HITS_SCHEMA` plus ``table`` (Utf8: the row's kind) and
+    ``number`` (Int64: its number among the ``total`` rows scanned), one row per scanned row, any order."""
+    frame = frame.sort("number")
     lists = {}
     for name in _HIT_LISTS:
-        counts = whole[name].list.len().to_numpy()
-        lists[name] = (np.repeat(np.arange(len(whole), dtype=np.int64), counts),
-                       whole[name].explode().drop_nulls().cast(pl.Int64).to_numpy())
-    return ScannedRows(uuid=whole["uuid"], table=np.repeat(np.array([k for k, _ in parts], dtype=object), rows),
-                       problem=whole["problem"].to_numpy(), row=lists["side"][0], side=lists["side"][1],
+        counts = frame[name].list.len().to_numpy()
+        lists[name] = (np.repeat(np.arange(len(frame), dtype=np.int64), counts),
+                       frame[name].explode().drop_nulls().cast(pl.Int64).to_numpy())
+    return ScannedRows(uuid=frame["uuid"], table=frame["table"].to_numpy().astype(object),
+                       problem=frame["problem"].to_numpy(), row=lists["side"][0], side=lists["side"][1],
                        n=lists["n"][1], key=lists["key"][1], exact_row=lists["exact_side"][0],
-                       exact_side=lists["exact_side"][1], exact_item=lists["exact_item"][1])
+                       exact_side=lists["exact_side"][1], exact_item=lists["exact_item"][1],
+                       number=frame["number"].to_numpy(), total=total)
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,22 +184,50 @@ def _index_entries(hits: _Hits, look: Lookup) -> dict[str, np.ndarray]:
     return {name: np.concatenate(parts) for name, parts in cols.items()}
 
 
-def _doc_freq(hits: _Hits, gone: np.ndarray, problem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n-gram keys ``nk`` sorted, training problems holding each) over the rows not ``gone``;
-    ``problem`` (int64 ``[rows]``): rows with one problem id count once (:func:`_problems`)."""
-    live = ~gone[hits.row]
-    _, nk = _unique_pairs(problem[hits.row[live]], hits.row_nk[live])
+@dataclass
+class _Bucket:
+    """One bucket of scanned rows as detection sweeps it: its :class:`_Hits` numbered over every bucket
+    (``doc = side * total + number``, ``row = number``), ``problem`` (int64 ``[U]``: an id per distinct
+    prompt-side hash, dense in the bucket, of each ``hits.row``: the rows of one problem, its SFT solution
+    and RL prompt or several synthesized responses, are one training document for the frequencies),
+    ``entries`` (:func:`_index_entries`), and per row ``number``, ``uuid``, ``table`` (:class:`ScannedRows`)."""
+
+    hits: _Hits
+    problem: np.ndarray
+    entries: dict[str, np.ndarray]
+    number: np.ndarray
+    uuid: pl.Series
+    table: np.ndarray
+    total: int
+
+    def local(self, docs: np.ndarray) -> np.ndarray:
+        """The positions in this bucket of the rows of texts ``docs`` (int64, numbered over every bucket)."""
+        return np.searchsorted(self.number, docs % self.total)
+
+
+def _bucket(scanned: ScannedRows, look: Lookup) -> _Bucket:
+    total = max(scanned.total, 1)
+    doc, nk = _unique_pairs(scanned.side * total + scanned.number[scanned.row], scanned.key * 256 + scanned.n)
+    row, row_nk = _unique_pairs(doc % total, nk)
+    hits = _Hits(doc, nk, row, row_nk, scanned.exact_side * total + scanned.number[scanned.exact_row],
+                 scanned.exact_item)
+    at = np.searchsorted(scanned.number, row)
+    problem = np.unique(scanned.problem[at], return_inverse=True)[1].reshape(-1) if len(at) else at
+    return _Bucket(hits, problem, _index_entries(hits, look), scanned.number, scanned.uuid, scanned.table, total)
+
+
+def _doc_freq(part: _Bucket, gone: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n-gram keys ``nk`` sorted, training problems holding each) over the rows of ``part`` not ``gone``
+    (bool per row of the bucket)."""
+    live = ~gone[part.local(part.hits.row)]
+    _, nk = _unique_pairs(part.problem[live], part.hits.row_nk[live])
     return np.unique(nk, return_counts=True)
 
 
-def _problems(problem: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """int64 ``[len(problem)]``: for the rows ``rows`` (sorted: those with n-gram hits), one id per distinct
-    prompt-side hash ``problem`` (:class:`ScannedRows`); -1 elsewhere. The rows of one problem (its SFT
-    solution and RL prompt, several synthesized responses) are one training document for the frequencies."""
-    out = np.full(len(problem), -1, np.int64)
-    if len(rows):
-        out[rows] = np.unique(problem[rows], return_inverse=True)[1]
-    return out
+def _add_freq(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The sum of two (sorted keys, counts) of :func:`_doc_freq` over buckets of disjoint problems."""
+    keys, at = np.unique(np.concatenate([a[0], b[0]]), return_inverse=True)
+    return keys, np.bincount(at.reshape(-1), np.concatenate([a[1], b[1]]), len(keys)).astype(np.int64)
 
 
 def _tiers(freq: np.ndarray, stock_doc_freq: int, max_train_doc_freq: int) -> np.ndarray:
@@ -203,6 +235,7 @@ def _tiers(freq: np.ndarray, stock_doc_freq: int, max_train_doc_freq: int) -> np
     return (freq > stock_doc_freq).astype(np.int8) + (freq > max_train_doc_freq)
 
 
+_FOUND = ["doc", "item", "n", "pos", "how", "shared", "phrases", "min_doc_freq"]  # a found hit, as detection keeps it
 _SHARED = {"doc": pl.Int64, "n": pl.UInt8, "item": pl.Int64, "shared": pl.Int64, "phrases": pl.Int64,
            "min_doc_freq": pl.Int64, "pos": pl.Int32}
 
@@ -308,63 +341,84 @@ def find_contamination_tables(tables: dict[str, pl.DataFrame], index: NgramIndex
                                 stock_min_coverage, answer_min_coverage, sides)
 
 
-def detect_contamination(scanned: ScannedRows, index: NgramIndex, max_train_doc_freq: int,
-                         min_coverage: dict[int, float] | None = None, stock_doc_freq: int | None = None,
-                         stock_min_coverage: float = 0.5, answer_min_coverage: float = 0.5,
-                         sides: tuple[str, ...] = SIDES) -> tuple[pl.DataFrame, dict[str, Any]]:
+def detect_contamination(scanned: ScannedRows | Sequence[Callable[[], ScannedRows]], index: NgramIndex,
+                         max_train_doc_freq: int, min_coverage: dict[int, float] | None = None,
+                         stock_doc_freq: int | None = None, stock_min_coverage: float = 0.5,
+                         answer_min_coverage: float = 0.5, sides: tuple[str, ...] = SIDES
+                         ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """:func:`find_contamination_tables` on the index hits of the rows (``scanned``, :func:`scanned_rows`
-    of :func:`row_hits` on ``sides``): the same matches and stats, from arrays of hits instead of texts."""
-    look, rows = index.lookup, len(scanned.uuid)
-    uuids, table_of = scanned.uuid, scanned.table
+    of :func:`row_hits` on ``sides``): the same matches and stats, from arrays of hits instead of texts.
+
+    ``scanned`` may also be the loaders of buckets of those rows (each a :class:`ScannedRows` numbered over
+    them all; every row of one problem in one bucket, so each bucket's document frequencies add up): each
+    pass loads one bucket at a time, so memory holds one bucket's hits, the frequencies of the index's
+    n-grams, a flag per scanned row and the matches.
+    """
+    loaders = [lambda: scanned] if isinstance(scanned, ScannedRows) else list(scanned)
+    look = index.lookup
     coverage = {int(n): float(c) for n, c in (min_coverage or {}).items()}
     stock = max_train_doc_freq if stock_doc_freq is None else min(int(stock_doc_freq), max_train_doc_freq)
     on_answers = _need(look, {n: max(c, answer_min_coverage) for n, c in coverage.items()}, answer_min_coverage)
     need = np.stack([on_answers if side == "answer" else _need(look, coverage) for side in sides])
     need_stock = _need(look, {}, stock_min_coverage)
-    hits = _train_hits(scanned)
-    entries = _index_entries(hits, look)
-    gone = np.zeros(rows, dtype=bool)
+    held: dict[int, _Bucket] = {}
+
+    def bucket(b: int) -> _Bucket:  # one bucket stays loaded between passes; more are read again
+        part = held.get(b) or _bucket(loaders[b](), look)
+        if len(loaders) == 1:
+            held[b] = part
+        return part
+
+    gone: list[np.ndarray] = []  # per bucket, per row: removed by an earlier pass
+    counts: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    for b in range(len(loaders)):
+        part = bucket(b)
+        gone.append(np.zeros(len(part.number), bool))
+        counts = _add_freq(counts, _doc_freq(part, gone[b]))
+    keys, freq = counts
     found: list[pl.DataFrame] = []
-    passes = 0
-    problem = _problems(scanned.problem, np.unique(hits.row))
-    keys, freq = _doc_freq(hits, gone, problem)
+    passes, total = 0, 1
     while True:
         passes += 1
-        at = np.minimum(np.searchsorted(keys, entries["nk"]), max(len(keys) - 1, 0))
-        present = (keys[at] == entries["nk"]) if len(keys) else np.zeros(len(at), bool)
-        entry_freq = np.where(present, freq[at] if len(keys) else 0, 0)
-        entry_tier = np.where(present & ~gone[entries["doc"] % max(rows, 1)],
-                              _tiers(entry_freq, stock, max_train_doc_freq), -1)
-        shared = _shared(entries, entry_freq, entry_tier, rows, need, need_stock)
-        exact_live = hits.exact_doc[~gone[hits.exact_doc % max(rows, 1)]]
-        new = np.union1d(shared["doc"].to_numpy(), exact_live) % max(rows, 1)
-        if not len(new):
+        new, counts = 0, (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        for b in range(len(loaders)):
+            part, dropped = bucket(b), gone[b]
+            total, entries, hits = part.total, part.entries, part.hits
+            at = np.minimum(np.searchsorted(keys, entries["nk"]), max(len(keys) - 1, 0))
+            present = (keys[at] == entries["nk"]) if len(keys) else np.zeros(len(at), bool)
+            entry_freq = np.where(present, freq[at] if len(keys) else 0, 0)
+            entry_tier = np.where(present & ~dropped[part.local(entries["doc"])],
+                                  _tiers(entry_freq, stock, max_train_doc_freq), -1)
+            shared = _shared(entries, entry_freq, entry_tier, total, need, need_stock).with_columns(
+                pl.format("{}-gram", "n").alias("how"))
+            exact = pl.DataFrame({"doc": hits.exact_doc, "item": hits.exact_item}).with_columns(
+                pl.lit(0, pl.UInt8).alias("n"), pl.lit(0, pl.Int32).alias("pos"), pl.lit("exact").alias("how"),
+                *(pl.lit(None, pl.Int64).alias(c) for c in ("shared", "phrases", "min_doc_freq")))
+            exact = exact.filter(~dropped[part.local(hits.exact_doc)])  # all gone in pass 1
+            hit = pl.concat([shared.select(_FOUND), exact.select(_FOUND)])
+            rows = part.local(hit["doc"].to_numpy())
+            new += int((~dropped[rows]).sum())
+            dropped[rows] = True
+            found.append(hit.with_columns(part.uuid.gather(rows).alias("uuid"),
+                                          pl.Series("table", part.table[rows].tolist(), dtype=pl.Utf8)))
+            counts = _add_freq(counts, _doc_freq(part, dropped))
+        if not new:
             break
-        gone[new] = True
-        found.append(shared)
         # The texts left count the same n-grams against the same items in the next pass unless an
         # n-gram's tier falls once these rows are gone: else the next pass would find nothing.
         before_keys, before = keys, _tiers(freq, stock, max_train_doc_freq)
-        keys, freq = _doc_freq(hits, gone, problem)
+        keys, freq = counts
         if np.array_equal(_tiers(freq, stock, max_train_doc_freq), before[np.searchsorted(before_keys, keys)]):
             break
     tiers = _tiers(freq, stock, max_train_doc_freq)
-    gram_hits = pl.concat([pl.DataFrame(schema=_SHARED), *found]).with_columns(pl.format("{}-gram", "n").alias("how"))
-    exact_hits = pl.DataFrame({"doc": hits.exact_doc, "item": hits.exact_item}).with_columns(  # all gone in pass 1
-        pl.lit(0, pl.UInt8).alias("n"), pl.lit(0, pl.Int32).alias("pos"), pl.lit("exact").alias("how"),
-        *(pl.lit(None, pl.Int64).alias(c) for c in ("shared", "phrases", "min_doc_freq")))
-    cols = ["doc", "item", "n", "pos", "how", "shared", "phrases", "min_doc_freq"]
-    best = (pl.concat([gram_hits.select(cols), exact_hits.select(cols)])
+    best = (pl.concat([pl.DataFrame(schema={**_SHARED, "how": pl.Utf8, "uuid": pl.Utf8, "table": pl.Utf8})
+                       .select(*_FOUND, "uuid", "table"), *found])
             .join(index.items.select("item", "benchmark", "benchmark_uuid", "field", "text"), on="item")
             .sort(pl.col("n"), "doc", "benchmark", "benchmark_uuid", "field", "pos",
                   descending=[True, False, False, False, False, False])
             .group_by("doc", maintain_order=True).first())
-    row = best["doc"] % max(rows, 1)
     best = best.with_columns(pl.Series("match", _match_texts(best), dtype=pl.Utf8),
-                             uuids.gather(row).alias("uuid"),
-                             pl.Series("table", table_of[row.to_numpy()].tolist(), dtype=pl.Utf8),
-                             pl.Series("side", np.array(sides)[(best["doc"] // max(rows, 1)).to_numpy()],
-                                       dtype=pl.Utf8))
+                             pl.Series("side", np.array(sides)[(best["doc"] // total).to_numpy()], dtype=pl.Utf8))
     stats = {"passes": passes,
              "boilerplate_ngrams_ignored": {f"{n}-gram": int(((keys[tiers == 2] & 255) == n).sum())
                                             for n in index.meta["ngrams"]},

@@ -12,6 +12,7 @@ from curation.decontaminate import (
     detect_contamination,
     find_contamination,
     find_contamination_tables,
+    hits_frame_rows,
     row_hits,
     scanned_rows,
 )
@@ -213,6 +214,57 @@ def test_the_hits_of_batches_give_the_matches_and_stats_of_the_whole_tables():
         assert all(set(f.columns) == set(HITS_SCHEMA) and len(f) < len(tables[k]) for k, f in parts)
         matches, stats = detect_contamination(scanned_rows(parts), index, **rule)
         assert matches.equals(whole) and stats == whole_stats
+
+
+def test_detection_over_buckets_of_problems_gives_the_matches_and_stats_of_one():
+    """Detection reading the scanned rows as buckets (every row of one problem in one bucket, rows numbered over
+    all of them, loaded once per pass) equals detection on all rows at once, for several bucket counts."""
+    _, index, tables = _real_fixture()
+    rule = {"max_train_doc_freq": 50, "min_coverage": {8: 0.5, 13: 0.0}, "stock_doc_freq": 1}
+    whole, whole_stats = find_contamination_tables(tables, index, **rule)
+    frames = [row_hits(t, kind, index).with_columns(pl.lit(kind).alias("table")) for kind, t in tables.items()]
+    rows = pl.concat(frames).with_row_index("number").with_columns(pl.col("number").cast(pl.Int64))
+    loads = []
+    for k in (2, 3, 7):
+        parts = rows.with_columns((pl.col("problem") % k).alias("b")).partition_by("b", include_key=False)
+        assert len(parts) > 1
+        loads.clear()
+        loaders = [lambda part=part: loads.append(1) or hits_frame_rows(part.reverse(), len(rows)) for part in parts]
+        matches, stats = detect_contamination(loaders, index, **rule)
+        assert matches.equals(whole) and stats == whole_stats
+        assert len(loads) == len(parts) * (stats["passes"] + 1)
+
+
+def test_the_step_spills_hits_and_splits_them_by_problem_with_the_same_matches(tmp_path, monkeypatch):
+    """``decontaminate_files`` streams the hits to its scratch; with more than ``BUCKET_HITS`` of them it
+    splits them into buckets by problem: the same matches, stats, contaminated rows and clean files."""
+    from common.executor import LocalExecutor
+    from common.io import write_parquet
+    from curation import decontam_map
+    from curation.params import DecontaminateParams
+
+    _, index, tables = _real_fixture()
+    src = {}
+    for kind, t in tables.items():
+        src[kind] = tmp_path / f"{kind}.parquet"
+        write_parquet(t, src[kind])
+    p = DecontaminateParams(ngrams=[8, 13], min_coverage=[0.5, 0.0])
+    runs = []
+    for bucket_hits in (10**9, 40):
+        monkeypatch.setattr(decontam_map, "BUCKET_HITS", bucket_hits)
+        out = {k: tmp_path / f"{bucket_hits}" / f"{k}.parquet" for k in src}
+        out["sft"].parent.mkdir()
+        dirty, matches, stats, counts = decontam_map.decontaminate_files(LocalExecutor(), src, out, index, p)
+        runs.append((dirty, matches, stats, counts, {k: pl.read_parquet(f) for k, f in out.items()}))
+    (d1, m1, s1, c1, o1), (d2, m2, s2, c2, o2) = runs
+    assert not m1.is_empty() and m1.equals(m2) and s1 == s2 and c1 == c2
+    assert all(d1[k].equals(d2[k]) and o1[k].equals(o2[k]) for k in src)
+    buckets = [load() for load in decontam_map.spill_hits(LocalExecutor(), src, index, tmp_path)]
+    assert len(buckets) > 3
+    numbers = np.sort(np.concatenate([b.number for b in buckets]))
+    assert np.array_equal(numbers, np.arange(buckets[0].total))  # every scanned row in one bucket
+    problems = [set(b.problem.tolist()) for b in buckets]
+    assert sum(map(len, problems)) == len(set().union(*problems))  # a problem's rows in one bucket
 
 
 # Real benchmark items: MATH-500 (problem and reference solution as oe-eval ships them) and HumanEval/0.
