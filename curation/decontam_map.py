@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from common.executor import Executor, gather, write_frames
+from common.executor import Executor, compact, gather, write_frames
 from common.io import PartWriters, parquet_batches, scratch
 from common.take import member
 from corpora.schema import SCHEMAS
@@ -52,7 +52,7 @@ def _without(frame: pl.DataFrame, uuids: pl.Series) -> pl.DataFrame:
 
 
 def _only(frame: pl.DataFrame, uuids: pl.Series) -> pl.DataFrame:
-    return frame.filter(member(uuids, frame["uuid"]))
+    return compact(frame.filter(member(uuids, frame["uuid"])))
 
 
 def spill_hits(ex: Executor, src: dict[str, Path], index: NgramIndex, directory: Path

@@ -100,3 +100,20 @@ def test_parquet_batches_hold_one_row_group_not_the_file(tmp_path):
         rows += batch.num_rows
         held = max(held, pa.total_allocated_bytes() - base)
     assert rows == 12_000 and held < 3_000_000
+
+
+def test_compact_rows_pickle_without_the_batch_they_were_filtered_from():
+    """A worker's few kept rows of a batch pickled the batch's whole string buffers (polars' string views):
+    decontaminate's contaminated rows held 0.9 GB at 64x. ``compact`` copies the rows out: same rows, same
+    schema, a fraction of the bytes."""
+    import polars as pl
+
+    from common.executor import compact
+
+    batch = pl.DataFrame({"uuid": [f"u{i}" for i in range(2000)],
+                          "messages": [[{"role": "user", "content": f"question {i} " + "x" * 500}] for i in range(2000)]})
+    few = batch.filter(pl.col("uuid").is_in(["u3", "u1999"]))
+    kept = compact(few)
+    assert kept.equals(few) and kept.schema == few.schema
+    assert len(pickle.dumps(few)) > 100 * 1000  # the batch's buffers (1 MB of strings)
+    assert len(pickle.dumps(kept)) < 5_000
