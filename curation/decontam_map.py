@@ -10,8 +10,8 @@ hit lists, never their text), and the reduce runs the detection on the hits of e
 whole tables. The hits are streamed to the step's scratch as they come and, when there are more than
 ``BUCKET_HITS``, split by problem (the prompt side's hash, so each bucket's document frequencies add up)
 into buckets that detection reads one at a time: memory holds one bucket of hits, not every row's
-(0.37 GB per million rows of the benchmark's data when the driver held them all: 11.6 GB at NVIDIA's 24.8M
-rows). A second pass streams the clean rows to the outputs and gathers the contaminated ones.
+(~276 bytes a hit in detection's arrays: ~26 GB for NVIDIA's 24.8M rows at the default data's 3.8 hits a
+row; docs/scale.md). A second pass streams the clean rows to the outputs and gathers the contaminated ones.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def decontaminate_files(ex: Executor, src: dict[str, Path], dest: dict[str, Path
     Returns (``{kind: contaminated rows with reason}``, matches (with ``table``), stats,
     ``{kind: (rows in, rows out)}``). :func:`~curation.decontaminate.row_hits` is mapped over the batches
     of each table, the detection runs on the hits, then the clean rows are streamed to ``dest`` and the
-    contaminated ones gathered: memory holds index hits and the contaminated rows, not the tables.
+    contaminated ones gathered: memory holds a bucket of index hits and the contaminated rows, not the tables.
     """
     _ = index.lookup  # built once here: the workers receive it with the index instead of each rebuilding it
     with tempfile.TemporaryDirectory(dir=scratch(), prefix="decontaminate-") as tmp:
