@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -279,6 +280,25 @@ def _shared(entries: dict[str, np.ndarray], freq: np.ndarray, tier: np.ndarray, 
                          "pos": first_pos[keep].astype(np.int32)})
 
 
+def _found(part: _Bucket, gone: np.ndarray, keys: np.ndarray, freq: np.ndarray,
+           tier: Callable[[np.ndarray], np.ndarray], need: np.ndarray, need_stock: np.ndarray) -> pl.DataFrame:
+    """One pass's hits (columns :data:`_FOUND`) of the rows of ``part`` not ``gone``: texts sharing enough
+    n-grams with an item (:func:`_shared`, each entry's frequency from ``keys``/``freq`` and its ``tier``)
+    and texts equal to a short question (all found in the first pass)."""
+    entries, hits = part.entries, part.hits
+    at = np.minimum(np.searchsorted(keys, entries["nk"]), max(len(keys) - 1, 0))
+    present = (keys[at] == entries["nk"]) if len(keys) else np.zeros(len(at), bool)
+    entry_freq = np.where(present, freq[at] if len(keys) else 0, 0)
+    entry_tier = np.where(present & ~gone[part.local(entries["doc"])], tier(entry_freq), -1)
+    shared = _shared(entries, entry_freq, entry_tier, part.total, need, need_stock).with_columns(
+        pl.format("{}-gram", "n").alias("how"))
+    live = ~gone[part.local(hits.exact_doc)]
+    exact = pl.DataFrame({"doc": hits.exact_doc[live], "item": hits.exact_item[live]}).with_columns(
+        pl.lit(0, pl.UInt8).alias("n"), pl.lit(0, pl.Int32).alias("pos"), pl.lit("exact").alias("how"),
+        *(pl.lit(None, pl.Int64).alias(c) for c in ("shared", "phrases", "min_doc_freq")))
+    return pl.concat([shared.select(_FOUND), exact.select(_FOUND)])
+
+
 def _need(look: Lookup, coverage: dict[int, float] | None, default: float = 0.0) -> np.ndarray:
     """int64 ``[max n + 1, items]``: ``max(1, ceil(coverage[n] * m))`` distinct n-grams of each item."""
     cov = np.full(len(look.m), default)
@@ -358,6 +378,7 @@ def detect_contamination(scanned: ScannedRows | Sequence[Callable[[], ScannedRow
     look = index.lookup
     coverage = {int(n): float(c) for n, c in (min_coverage or {}).items()}
     stock = max_train_doc_freq if stock_doc_freq is None else min(int(stock_doc_freq), max_train_doc_freq)
+    tier = partial(_tiers, stock_doc_freq=stock, max_train_doc_freq=max_train_doc_freq)
     on_answers = _need(look, {n: max(c, answer_min_coverage) for n, c in coverage.items()}, answer_min_coverage)
     need = np.stack([on_answers if side == "answer" else _need(look, coverage) for side in sides])
     need_stock = _need(look, {}, stock_min_coverage)
@@ -371,31 +392,21 @@ def detect_contamination(scanned: ScannedRows | Sequence[Callable[[], ScannedRow
 
     gone: list[np.ndarray] = []  # per bucket, per row: removed by an earlier pass
     counts: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    total = 1  # rows scanned over every bucket (texts are numbered side * total + row)
     for b in range(len(loaders)):
         part = bucket(b)
+        total = part.total
         gone.append(np.zeros(len(part.number), bool))
         counts = _add_freq(counts, _doc_freq(part, gone[b]))
     keys, freq = counts
     found: list[pl.DataFrame] = []
-    passes, total = 0, 1
+    passes = 0
     while True:
         passes += 1
         new, counts = 0, (np.zeros(0, np.int64), np.zeros(0, np.int64))
         for b in range(len(loaders)):
             part, dropped = bucket(b), gone[b]
-            total, entries, hits = part.total, part.entries, part.hits
-            at = np.minimum(np.searchsorted(keys, entries["nk"]), max(len(keys) - 1, 0))
-            present = (keys[at] == entries["nk"]) if len(keys) else np.zeros(len(at), bool)
-            entry_freq = np.where(present, freq[at] if len(keys) else 0, 0)
-            entry_tier = np.where(present & ~dropped[part.local(entries["doc"])],
-                                  _tiers(entry_freq, stock, max_train_doc_freq), -1)
-            shared = _shared(entries, entry_freq, entry_tier, total, need, need_stock).with_columns(
-                pl.format("{}-gram", "n").alias("how"))
-            exact = pl.DataFrame({"doc": hits.exact_doc, "item": hits.exact_item}).with_columns(
-                pl.lit(0, pl.UInt8).alias("n"), pl.lit(0, pl.Int32).alias("pos"), pl.lit("exact").alias("how"),
-                *(pl.lit(None, pl.Int64).alias(c) for c in ("shared", "phrases", "min_doc_freq")))
-            exact = exact.filter(~dropped[part.local(hits.exact_doc)])  # all gone in pass 1
-            hit = pl.concat([shared.select(_FOUND), exact.select(_FOUND)])
+            hit = _found(part, dropped, keys, freq, tier, need, need_stock)
             rows = part.local(hit["doc"].to_numpy())
             new += int((~dropped[rows]).sum())
             dropped[rows] = True
@@ -406,11 +417,11 @@ def detect_contamination(scanned: ScannedRows | Sequence[Callable[[], ScannedRow
             break
         # The texts left count the same n-grams against the same items in the next pass unless an
         # n-gram's tier falls once these rows are gone: else the next pass would find nothing.
-        before_keys, before = keys, _tiers(freq, stock, max_train_doc_freq)
+        before_keys, before = keys, tier(freq)
         keys, freq = counts
-        if np.array_equal(_tiers(freq, stock, max_train_doc_freq), before[np.searchsorted(before_keys, keys)]):
+        if np.array_equal(tier(freq), before[np.searchsorted(before_keys, keys)]):
             break
-    tiers = _tiers(freq, stock, max_train_doc_freq)
+    tiers = tier(freq)
     best = (pl.concat([pl.DataFrame(schema={**_SHARED, "how": pl.Utf8, "uuid": pl.Utf8, "table": pl.Utf8})
                        .select(*_FOUND, "uuid", "table"), *found])
             .join(index.items.select("item", "benchmark", "benchmark_uuid", "field", "text"), on="item")
