@@ -95,7 +95,7 @@ def _ours_clusters(docs: pl.DataFrame):
     meta = frame.select("uuid", pl.lit("s").alias("source"), pl.lit("all").alias("group"), pl.lit(0).alias("priority"))
     batches = lambda: (frame.slice(i, cfg.batch_rows) for i in range(0, len(frame), cfg.batch_rows))
     alarms = AlarmParams(max_cluster_size=10**9, max_source_loss=1.0, on_alarm="warn")
-    removed, _, stats = near_dedup(batches, meta, cfg, alarms, "bench")
+    removed, stats = near_dedup(batches, meta, cfg, alarms, "bench")
     survivor = removed.select("uuid", pl.col("reason").str.extract(r"of (\S+)"))
     return dict(zip(survivor["uuid"], survivor["reason"], strict=True)), stats
 

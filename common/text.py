@@ -92,6 +92,14 @@ def md5_hex(values: pl.Series, salt: str = "") -> pl.Series:
     return _duckdb_column(frame, "md5(v)").alias(values.name)
 
 
+def md5_halves(digest: pl.Series) -> pl.Series:
+    """An md5 hex digest series (:func:`md5_hex`) as a struct of its high and low 64 bits (UInt64 ``hi``,
+    ``lo``): 16 bytes a row instead of a 32-character string, equal where the digests are, and sorted as
+    they are."""
+    half = {k: digest.str.slice(i, 16).str.to_integer(base=16, dtype=pl.UInt64) for k, i in (("hi", 0), ("lo", 16))}
+    return pl.select(pl.struct(**half).alias(digest.name)).to_series()
+
+
 _DB: tuple[int, duckdb.DuckDBPyConnection] | None = None
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from common.text import md5_hex
+from common.text import md5_halves, md5_hex
 
 if TYPE_CHECKING:
     from curation.params import BuildParams
@@ -28,9 +28,7 @@ def rank_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
     """``df`` plus ``_rank`` = ``md5(f"{seed}:{uuid}")`` as a struct of its high and low 64 bits (UInt64
     ``hi``, ``lo``: 16 bytes a row, sorted as the hex digest is): the per-row part of ``build``, mapped over
     the decontaminated tables by the executor."""
-    digest = md5_hex(df["uuid"], f"{seed}:")
-    half = {k: digest.str.slice(i, 16).str.to_integer(base=16, dtype=pl.UInt64) for k, i in (("hi", 0), ("lo", 16))}
-    return df.with_columns(pl.struct(**half).alias("_rank"))
+    return df.with_columns(md5_halves(md5_hex(df["uuid"], f"{seed}:")).alias("_rank"))
 
 
 CONTRACT = "_contract"  # the column of :func:`contract_batch`: why a row breaks its verifier's contract

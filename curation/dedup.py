@@ -11,8 +11,10 @@ or ``across_domains``); optionally (``rl_vs_sft``) RL prompts that near-duplicat
 an SFT row's user turns are removed as well. Rows of ``exempt_sources`` (seeded
 generators whose distinct problems share a long instruction template) get exact
 dedup only. :func:`run_dedup` streams the
-parquet row groups, so memory holds per-row hashes and signatures, not tables; its per-batch
-passes run on an executor (:mod:`common.executor`: this process, or Ray Data).
+parquet row groups, so memory holds per-row keys, not tables: the exact pass's uuid, 16-byte text hash and
+categorical source and domain (~80 bytes a row), then near-dedup's uuid, source, priority and length
+(~70 bytes) and its union-find (:func:`curation.minhash.near_dedup`: ~30 bytes, the band keys on disk). Its
+per-batch passes run on an executor (:mod:`common.executor`: this process, or Ray Data).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import polars as pl
 from common.executor import Executor, LocalExecutor, ParquetBatches
 from common.io import Rejects, finish_step
 from common.take import member
-from common.text import row_text, text_hashes, user_text
+from common.text import md5_halves, row_text, text_hashes, user_text
 from curation.kept import by_source_and_reason, write_kept
 from curation.minhash import cross_dedup, near_dedup
 
@@ -41,8 +43,10 @@ def exact_duplicates(keys: pl.DataFrame) -> pl.DataFrame:
     """Rows of ``keys`` (``uuid``, ``h``, in table order) whose ``h`` occurred before:
     ``uuid`` and ``reason`` (``exact_duplicate: of <first uuid>``)."""
     first = keys["h"].is_first_distinct()
-    kept = keys.filter(first).select("h", pl.col("uuid").alias("kept"))
-    return (keys.filter(~first).join(kept, on="h", how="left", maintain_order="left")
+    dupes = keys.filter(~first)
+    kept = (keys.filter(first).join(dupes.select("h"), on="h", how="semi")  # only the first rows that have copies
+            .select("h", pl.col("uuid").alias("kept")))
+    return (dupes.join(kept, on="h", how="left", maintain_order="left")
             .select("uuid", ("exact_duplicate: of " + pl.col("kept")).alias("reason")))
 
 
@@ -58,8 +62,9 @@ def exact_dedup(df: pl.DataFrame, kind: str, normalized: bool = True) -> tuple[p
 
 
 def key_batch(frame: pl.DataFrame, kind: str, normalized: bool) -> pl.DataFrame:
-    """Map of the exact pass: ``uuid``, ``h`` (:func:`text_hashes`), ``source``, ``domain`` of each row."""
-    return frame.select("uuid", text_hashes(frame, kind, normalized).alias("h"), "source", "domain")
+    """Map of the exact pass: ``uuid``, ``h`` (:func:`text_hashes` as :func:`common.text.md5_halves`: 16
+    bytes a row), ``source``, ``domain`` of each row."""
+    return frame.select("uuid", md5_halves(text_hashes(frame, kind, normalized)).alias("h"), "source", "domain")
 
 
 def text_batch(frame: pl.DataFrame, kind: str, user_only: bool, skip: pl.Series) -> pl.DataFrame:
@@ -70,7 +75,11 @@ def text_batch(frame: pl.DataFrame, kind: str, user_only: bool, skip: pl.Series)
 
 
 def _gather(frames: Iterator[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFrame:
-    return pl.concat([pl.DataFrame(schema=schema), *frames])
+    """The frames of a map, their ``source`` and ``domain`` as categoricals (4 bytes a row, not a string)
+    as each arrives."""
+    cat = [c for c in ("source", "domain") if c in schema]
+    schema = {**schema, **dict.fromkeys(cat, pl.Categorical)}
+    return pl.concat([pl.DataFrame(schema=schema), *(f.with_columns(pl.col(cat).cast(pl.Categorical)) for f in frames)])
 
 
 def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
@@ -92,7 +101,8 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
     for kind in KINDS:
         path = src / f"{kind}.parquet"
         keys = _gather(ex.map_parquet(path, partial(key_batch, kind=kind, normalized=p.normalize), rows),
-                       {"uuid": pl.Utf8, "h": pl.Utf8, "source": pl.Utf8, "domain": pl.Utf8})
+                       {"uuid": pl.Utf8, "h": pl.Struct({"hi": pl.UInt64, "lo": pl.UInt64}), "source": pl.Utf8,
+                        "domain": pl.Utf8})
         exact = exact_duplicates(keys.select("uuid", "h"))
         parts = [exact]
         stats[kind] = {"rows_in": len(keys), "exact_duplicates": len(exact)}
@@ -107,7 +117,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
             del keys, exempt  # a row's keys and hash are not held through near-dedup
             batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
                                      cfg.workers)
-            near_removed, _, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars,
+            near_removed, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars,
                                              signatures / f"{kind}.parquet")
             parts.append(near_removed.select("uuid", "reason"))
             stats[kind]["near"] = st

@@ -56,40 +56,42 @@ class DedupAlarm(RuntimeError):
 
 
 @dataclass
-class Signatures:
-    """MinHash signatures of ``len(uuids)`` texts: ``values`` uint32 ``[N, num_perm]`` (-1 = no shingle), or
-    their :func:`band_keys` uint64 ``[N, bands]`` where :func:`compute_signatures` holds keys. ``uuids``: a
-    Utf8 series (a list is converted)."""
+class BandKeys:
+    """LSH keys of N texts in every band (:func:`band_keys`), read one band at a time (:meth:`band`, uint64
+    ``[N]``): held in memory (``values`` uint64 ``[N, bands]``, 128 bytes a text at 16 bands) or, with
+    ``directory`` (what :func:`compute_signatures` writes with ``spill``), in one raw file per band
+    (``band<b>.u64``), so banding holds one band (8 bytes a text) instead of all of them.
+    ``has``: bool ``[N]``, the texts with a shingle (non-zero keys); the others are in no bucket."""
 
-    uuids: pl.Series
-    values: np.ndarray
+    has: np.ndarray
     settings: dict[str, Any]
+    values: np.ndarray | None = None
+    directory: Path | None = None
 
-    def __post_init__(self) -> None:
-        self.uuids = pl.Series("uuid", self.uuids, pl.Utf8)
+    def __len__(self) -> int:
+        return len(self.has)
 
-    def check_rows(self, uuids: pl.Series, label: str) -> None:
-        """Raise ValueError unless these signatures are of ``uuids``, in that order."""
-        if len(uuids) != len(self.uuids) or (uuids.cast(pl.Utf8) != self.uuids).any():
-            raise ValueError(f"{label}: batches and meta list different rows")
+    def band(self, band: int) -> np.ndarray:
+        """The keys uint64 ``[N]`` of every text in ``band``."""
+        if self.values is not None:
+            return self.values[:, band]
+        return np.fromfile(self.directory / f"band{band}.u64", np.uint64)
 
     @classmethod
-    def concat(cls, parts: list[Signatures]) -> Signatures:
-        """Stack signatures; raises ValueError when their settings differ (mixing is meaningless)."""
+    def concat(cls, parts: list[BandKeys]) -> BandKeys:
+        """Stack the keys of several passes (in memory); raises ValueError when their settings differ
+        (keys of different settings never collide meaningfully)."""
         if not parts:
-            raise ValueError("no signatures to concatenate")
+            raise ValueError("no band keys to concatenate")
         for p in parts[1:]:
             if p.settings != parts[0].settings:
                 diff = {k: (parts[0].settings.get(k), p.settings.get(k))
                         for k in parts[0].settings.keys() | p.settings.keys()
                         if parts[0].settings.get(k) != p.settings.get(k)}
                 raise ValueError(f"refusing to mix MinHash signatures made with different settings: {diff}")
-        return cls(pl.concat([p.uuids for p in parts]), np.concatenate([p.values for p in parts]), parts[0].settings)
-
-    def to_frame(self) -> pl.DataFrame:
-        """``uuid``, ``signature`` (list[u32]) frame; the settings go in the parquet metadata."""
-        return pl.DataFrame({"uuid": self.uuids, "signature": self.values}, schema_overrides={
-            "uuid": pl.Utf8, "signature": pl.Array(pl.UInt32, self.values.shape[1])})
+        bands = parts[0].settings["bands"]
+        values = np.stack([np.concatenate([p.band(b) for p in parts]) for b in range(bands)], axis=1)
+        return cls(np.concatenate([p.has for p in parts]), parts[0].settings, values)
 
 
 def _fmix32(h: np.ndarray) -> np.ndarray:
@@ -177,49 +179,75 @@ def band_keys(values: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return keys
 
 
-def compute_signatures(batches: Batches, cfg: MinHashConfig, total: int | None = None, desc: str = "minhash",
-                       out: Path | None = None) -> tuple[Signatures, pl.Series, np.ndarray]:
+def compute_signatures(batches: Batches, cfg: MinHashConfig, uuids: pl.Series, label: str = "rows",
+                       out: Path | None = None, spill: Path | None = None
+                       ) -> tuple[BandKeys, pl.DataFrame, np.ndarray]:
     """Pass 1 over ``batches`` (:func:`signature_batch` on each, see :func:`map_batches`): each text's
-    :func:`band_keys` (a :class:`Signatures` of uint64 ``[N, bands]``, a quarter of the signature's bytes
-    at 16 x 8), the md5 of the normalized text of texts with no shingle (a Utf8 series, else null), and
+    :func:`band_keys` (:class:`BandKeys`, a quarter of the signature's bytes at 16 x 8; with ``spill``, a
+    directory, written there band by band instead of held), the md5 of the normalized text of the texts
+    with no shingle (a frame of ``i``, the text's position, Int64, and ``k``, Utf8: only those texts), and
     every text's length in characters (int64 ``[N]``). The result depends neither on the executor nor on
     its workers. With ``out``, the signatures themselves are streamed to that parquet file (``uuid``,
-    ``signature``, the settings in the metadata key ``minhash``)."""
+    ``signature``, the settings in the metadata key ``minhash``).
+
+    Raises:
+        ValueError: the batches do not stream ``uuids`` (the texts' meta), in that order.
+    """
     settings = cfg.settings()
-    parts = [Signatures([], np.zeros((0, settings["bands"]), np.uint64), settings)]
-    short_keys = [pl.Series("short_key", [], pl.Utf8)]
-    lengths = [np.zeros(0, np.int64)]
-    bar = tqdm(total=total, desc=desc, unit="rows", disable=None, file=sys.stderr)
-    empty = Signatures([], np.zeros((0, cfg.num_perm), np.uint32), settings)
-    schema = empty.to_frame().to_arrow().schema.with_metadata({"minhash": json.dumps(settings)}) if out else None
+    bands, rows = settings["bands"], settings["rows"]
+    parts, has, lengths, short = [], [np.zeros(0, bool)], [np.zeros(0, np.int64)], []
+    files = [open(spill / f"band{b}.u64", "wb") for b in range(bands)] if spill else []  # noqa: SIM115
+    bar = tqdm(total=len(uuids), desc=f"minhash {label}", unit="rows", disable=None, file=sys.stderr)
+    schema = pl.DataFrame(schema={"uuid": pl.Utf8, "signature": pl.Array(pl.UInt32, cfg.num_perm)}
+                          ).to_arrow().schema.with_metadata({"minhash": json.dumps(settings)})
+    done = 0
 
     def stream() -> Iterator[pl.DataFrame]:
+        nonlocal done
         for frame in map_batches(batches, signature_batch, cfg.workers, cfg=cfg):
+            if not frame["uuid"].equals(uuids.slice(done, len(frame)).cast(pl.Utf8).rename("uuid")):
+                raise ValueError(f"{label}: batches and meta list different rows")
             values = frame["signature"].to_numpy().reshape(-1, cfg.num_perm).astype(np.uint32)
-            parts.append(Signatures(frame["uuid"], band_keys(values, settings["bands"], settings["rows"]), settings))
-            short_keys.append(frame["short_key"])
+            keys = band_keys(values, bands, rows)
+            for band, f in enumerate(files):
+                f.write(np.ascontiguousarray(keys[:, band]).tobytes())
+            if not spill:
+                parts.append(keys)
+            has.append(keys.any(axis=1))
             lengths.append(frame["length"].to_numpy())
+            at = frame["short_key"].is_not_null().arg_true()
+            short.append(pl.DataFrame({"i": (at + done).cast(pl.Int64), "k": frame["short_key"].gather(at)}))
+            done += len(frame)
             bar.update(len(frame))
             yield frame.select("uuid", "signature")
 
-    if out:
-        write_frames(stream(), out, schema)
-    else:
-        for _ in stream():
-            pass
+    try:
+        if out:
+            write_frames(stream(), out, schema)
+        else:
+            for _ in stream():
+                pass
+    finally:
+        for f in files:
+            f.close()
     bar.close()
-    return Signatures.concat(parts), pl.concat(short_keys), np.concatenate(lengths)
+    if done != len(uuids):
+        raise ValueError(f"{label}: batches and meta list different rows")
+    keys = BandKeys(np.concatenate(has), settings, None if spill else np.concatenate(
+        parts or [np.zeros((0, bands), np.uint64)]), spill)
+    short_keys = pl.concat([pl.DataFrame(schema={"i": pl.Int64, "k": pl.Utf8}), *short])
+    return keys, short_keys, np.concatenate(lengths)
 
 
-def lsh_candidates(keys: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def lsh_candidates(keys: BandKeys, groups: np.ndarray) -> np.ndarray:
     """Candidate pairs int64 ``[C, 2]`` (i < j, sorted, unique): rows of the same group whose
-    :func:`band_keys` (uint64 ``[N, bands]``) are equal in at least one band. Rows with no shingle are
+    :class:`BandKeys` are equal in at least one band. Rows with no shingle are
     skipped. Lists every pair: for the cross-table pass, whose pairs are not near-copies of each other.
     Memory: one band's colliding rows and pairs at a time, then the pairs."""
-    idx = np.flatnonzero(keys.any(axis=1))
+    idx = np.flatnonzero(keys.has)
     pairs = []
-    for band in range(keys.shape[1]):
-        multi = pl.DataFrame({"g": groups[idx], "k": keys[idx, band], "i": idx}).filter(pl.len().over("g", "k") > 1)
+    for band in range(keys.settings["bands"]):
+        multi = pl.DataFrame({"g": groups[idx], "k": keys.band(band)[idx], "i": idx}).filter(pl.len().over("g", "k") > 1)
         pairs.append(multi.join(multi, on=["g", "k"], suffix="_j").filter(pl.col("i") < pl.col("i_j"))
                      .select("i", "i_j"))
     return pl.concat(pairs).unique().sort("i", "i_j").to_numpy().astype(np.int64).reshape(-1, 2)
@@ -299,11 +327,11 @@ def verify(pairs: np.ndarray, uuids: Iterable[str], sets: dict[str, np.ndarray],
                         ).with_columns((pl.col("jaccard") >= threshold).alias("edge"))
 
 
-def exact_edges(short_keys: Iterable[str | None], groups: np.ndarray) -> np.ndarray:
+def exact_edges(short_keys: pl.DataFrame, groups: np.ndarray) -> np.ndarray:
     """Edges int64 ``[E, 2]`` joining each shingle-less text to the first text of its group
-    with the same normalized-text md5 (the short-text fallback)."""
-    f = pl.DataFrame({"k": pl.Series(short_keys, dtype=pl.Utf8), "g": groups,
-                      "i": np.arange(len(short_keys), dtype=np.int64)}).drop_nulls("k")
+    with the same normalized-text md5 (the short-text fallback). ``short_keys``: ``i`` (Int64, the text's
+    position, ascending) and ``k`` (the md5) of the shingle-less texts (:func:`compute_signatures`)."""
+    f = short_keys.select("k", pl.Series("g", groups[short_keys["i"].to_numpy()]), "i")
     f = f.with_columns(pl.col("i").first().over("g", "k").alias("first")).filter(pl.col("i") != pl.col("first"))
     return f.select("first", "i").to_numpy().astype(np.int64).reshape(-1, 2)
 
@@ -339,7 +367,7 @@ def check_alarms(removed: pl.DataFrame, clustered: pl.DataFrame, sources: pl.Ser
         shown = "\n    ".join(f"{u}: {snippets.get(u, '')!r}" for u in sorted(row["uuid"])[:8])
         out.append(f"{label}: near-duplicate cluster of {row['n']} rows > max_cluster_size "
                    f"{alarms.max_cluster_size} (survivor {row['survivor']}):\n    {shown}")
-    per = (sources.rename("source").to_frame().group_by("source").len()
+    per = (sources.rename("source").to_frame().group_by("source").len().with_columns(pl.col("source").cast(pl.Utf8))
            .join(removed.group_by("source").len().rename({"len": "lost"}), on="source", how="left")
            .fill_null(0).sort("source"))
     for row in per.iter_rows(named=True):
@@ -375,15 +403,15 @@ class UnionFind:
         self.parent[r] = r[0]
 
 
-def lsh_buckets(keys: np.ndarray, groups: np.ndarray) -> pl.DataFrame:
+def lsh_buckets(keys: BandKeys, groups: np.ndarray) -> pl.DataFrame:
     """Band collisions: one row per bucket of >= 2 rows of one group with equal keys in one band,
     ``band`` (i32) and ``members`` (list[i64], ascending row indices), in (band, first member) order.
-    ``keys``: :func:`band_keys` uint64 ``[N, bands]``; rows with no shingle (all-zero keys) are in none.
-    Memory: rows x bands keys, not pairs."""
-    idx = np.flatnonzero(keys.any(axis=1))
+    ``groups``: a code per row (any integer dtype); rows with no shingle (``keys.has`` false) are in none.
+    Memory: one band's keys at a time (from :class:`BandKeys`' files when spilled) and the buckets, not pairs."""
+    idx = np.flatnonzero(keys.has)
     frames = []
-    for band in range(keys.shape[1]):
-        f = pl.DataFrame({"g": groups[idx], "k": keys[idx, band], "i": idx}).filter(pl.len().over("g", "k") > 1)
+    for band in range(keys.settings["bands"]):
+        f = pl.DataFrame({"g": groups[idx], "k": keys.band(band)[idx], "i": idx}).filter(pl.len().over("g", "k") > 1)
         frames.append(f.group_by("g", "k").agg(pl.col("i").sort().alias("members"))
                       .select(pl.lit(band, pl.Int32).alias("band"), "members"))
     return (pl.concat(frames).with_columns(pl.col("members").list.first().alias("first"))
@@ -434,7 +462,7 @@ def resolve_bucket(members: np.ndarray, sets: list[np.ndarray], uf: UnionFind, t
 
 def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: AlarmParams,
                label: str = "rows", verify_chars: int = 300_000_000, signatures: Path | None = None
-               ) -> tuple[pl.DataFrame, Signatures, dict[str, Any]]:
+               ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Near-duplicates of the texts streamed by ``batches``.
 
     Candidates are resolved per candidate cluster (rows joined by any band collision, or by the
@@ -444,6 +472,8 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     rows of at most ``verify_chars`` characters at a time (chunks of candidate clusters; a larger cluster
     is one chunk), so memory does not grow with the corpus: one streamed pass writes every candidate row's
     set to its chunk's file in the step's scratch (:func:`spill_shingle_sets`), then chunks are read back one by one.
+    The band keys go to that scratch too (:class:`BandKeys`, read a band at a time); what stays per row is
+    ``meta`` (with ``group`` dropped once coded), a union-find parent and a chunk number (16 bytes).
 
     Args:
         batches: re-iterable stream of frames with ``uuid`` and ``text``, read twice (signatures, shingle sets).
@@ -456,7 +486,7 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
         signatures: stream the signatures to this parquet file too (:func:`compute_signatures`).
 
     Returns:
-        (removed, band keys, stats): the :class:`Signatures` of :func:`compute_signatures`; ``removed`` has
+        (removed, stats): ``removed`` has
         ``uuid``, ``source`` and ``reason`` (``near_duplicate: of <survivor> J=<exact Jaccard to it>``);
         ``stats`` counts LSH buckets, candidate clusters, verified pairs (Jaccard computed), joining pairs
         (verified >= threshold between two sets), clusters and removals.
@@ -464,47 +494,53 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     Raises:
         DedupAlarm: an alarm fired and ``on_alarm`` is ``fail``.
     """
-    sig, short_keys, lengths = compute_signatures(batches, cfg, len(meta), f"minhash {label}", signatures)
-    sig.check_rows(meta["uuid"], label)
-    n, keys = len(meta), sig.values
-    meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
-    groups = meta["group"].cast(pl.Utf8).rank("dense").to_numpy()  # a code per group
-    buckets = lsh_buckets(keys, groups)
-    short = exact_edges(short_keys, groups)
-    first = buckets["members"].list.first().to_numpy()
-    star = buckets.select(pl.col("members").list.first().alias("a"), pl.col("members").list.slice(1).alias("b")
-                          ).explode("b").select("a", "b").to_numpy().reshape(-1, 2)
-    candidate = components(n, np.concatenate([star, short]).astype(np.int64))
-    uf = UnionFind(n)
-    for a, b in short:
-        uf.union(int(a), np.array([b]))
-    counts = np.bincount(candidate, minlength=n)
-    order = np.argsort(candidate[first], kind="stable")  # buckets by candidate cluster
-    bucket_cluster = candidate[first][order]
-    clusters = np.flatnonzero(counts > 1)
-    chunk_of = np.full(n, -1, np.int64)
-    chars = np.bincount(candidate, weights=meta["length"].to_numpy() + 1, minlength=n)
-    chunk_of[clusters] = np.cumsum(chars[clusters]).astype(np.int64) // max(verify_chars, 1)
-    flat = buckets["members"].explode().to_numpy().astype(np.int64)
-    lens = buckets["members"].list.len().to_numpy().astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
-    band_of = buckets["band"].to_numpy()
-    verified = joined = 0
-    js: dict[str, float] = {}
-    snippets: dict[str, str] = {}
-    rows_of = chunk_of[candidate]
-    clustered = np.flatnonzero(rows_of >= 0)  # rows of candidate clusters of two or more
+    n = len(meta)
     with tempfile.TemporaryDirectory(dir=scratch(), prefix="near-dedup-") as tmp:
         spill = Path(tmp)
-        spill_shingle_sets(batches, cfg, pl.DataFrame({"uuid": sig.uuids.gather(clustered), "chunk": rows_of[clustered]}),
-                           spill)
-        for chunk in np.unique(chunk_of[clusters]):
+        (spill / "bands").mkdir()
+        keys, short_keys, lengths = compute_signatures(batches, cfg, meta["uuid"], label, signatures, spill / "bands")
+        meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
+        groups = meta["group"].cast(pl.Utf8).rank("dense").to_numpy()  # a code per group
+        meta = meta.drop("group")
+        buckets = lsh_buckets(keys, groups)
+        short = exact_edges(short_keys, groups)
+        del keys, groups, lengths  # per-row state from here: meta, the union-find and each row's chunk
+        first = buckets["members"].list.first().to_numpy()
+        star = buckets.select(pl.col("members").list.first().alias("a"), pl.col("members").list.slice(1).alias("b")
+                              ).explode("b").select("a", "b").to_numpy().reshape(-1, 2)
+        candidate = components(n, np.concatenate([star, short]).astype(np.int64))
+        del star
+        uf = UnionFind(n)
+        for a, b in short:
+            uf.union(int(a), np.array([b]))
+        counts = np.bincount(candidate, minlength=n)
+        largest, clusters = int(counts.max(initial=0)), np.flatnonzero(counts > 1)
+        del counts
+        chunk_of = np.full(n, -1, np.int64)
+        chars = np.bincount(candidate, weights=meta["length"].to_numpy() + 1, minlength=n)
+        chunk_of[clusters] = np.cumsum(chars[clusters]).astype(np.int64) // max(verify_chars, 1)
+        del chars
+        order = np.argsort(candidate[first], kind="stable")  # buckets by candidate cluster
+        bucket_chunk = chunk_of[candidate[first][order]]
+        rows_of = chunk_of[candidate]  # each row's chunk (-1: in no candidate cluster of two or more)
+        del candidate, chunk_of
+        flat = buckets["members"].explode().to_numpy().astype(np.int64)
+        lens = buckets["members"].list.len().to_numpy().astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        band_of = buckets["band"].to_numpy()
+        verified = joined = 0
+        js: dict[str, float] = {}
+        snippets: dict[str, str] = {}
+        clustered = np.flatnonzero(rows_of >= 0)  # rows of candidate clusters of two or more
+        spill_shingle_sets(batches, cfg, pl.DataFrame({"uuid": meta["uuid"].gather(clustered),
+                                                       "chunk": rows_of[clustered]}), spill)
+        for chunk in np.unique(rows_of[clustered]):
             rows = np.flatnonzero(rows_of == chunk)
-            wanted = sig.uuids.gather(rows)
+            wanted = meta["uuid"].gather(rows)
             sets_u, snips = read_shingle_sets(spill / f"{chunk}.parquet")
             sets = {i: sets_u.get(u, np.zeros(0, np.uint64)) for i, u in zip(rows.tolist(), wanted, strict=True)}
             rejected: set[tuple[int, int]] = set()  # a chunk's pairs: its clusters are no other chunk's
-            lo, hi = np.searchsorted(chunk_of[bucket_cluster], [chunk, chunk + 1])
+            lo, hi = np.searchsorted(bucket_chunk, [chunk, chunk + 1])
             ids = np.sort(order[lo:hi])  # band by band: a bucket whose rows an earlier band joined is skipped
             for band in np.unique(band_of[ids]):
                 todo = ids[band_of[ids] == band]
@@ -519,7 +555,7 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
             part = survivors(meta[rows], uf.roots(rows))
             size = part.group_by("cluster").len()
             big = set(size.filter(pl.col("len") > alarms.max_cluster_size)["cluster"].to_list())
-            index = dict(zip(meta["uuid"][rows].to_list(), rows.tolist(), strict=True))
+            index = dict(zip(wanted.to_list(), rows.tolist(), strict=True))
             for u, s in part.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows():
                 a, b = sets[index[u]], sets[index[s]]
                 js[u] = 1.0 if len(a) == 0 else jaccard(a, b)
@@ -530,17 +566,17 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     dup = m.filter(pl.col("uuid") != pl.col("survivor"))
     removed = (dup.with_columns(pl.Series("j", [js[u] for u in dup["uuid"]], dtype=pl.Float64).round(2))
                .with_columns(pl.format("near_duplicate: of {} J={}", "survivor", "j").alias("reason"))
-               .select("uuid", "source", "reason"))
+               .select("uuid", pl.col("source").cast(pl.Utf8), "reason"))
     fired = check_alarms(removed, m, meta["source"], snippets, alarms, label)
     n_clusters = n - len(clustered) + m["cluster"].n_unique()
     stats = {"settings": cfg.settings(), "rows": n, "lsh_buckets": len(buckets),
-             "candidate_clusters": len(clusters), "largest_candidate_cluster": int(counts.max(initial=0)),
+             "candidate_clusters": len(clusters), "largest_candidate_cluster": largest,
              "verified_pairs": verified, "joining_pairs": joined, "short_text_edges": len(short),
              "clusters": n_clusters, "removed": len(removed),
              "largest_cluster": int(m.group_by("cluster").len()["len"].max() or min(n, 1)), "alarms": fired}
     if len(removed) != n - n_clusters:
         raise AssertionError(f"{label}: removed {len(removed)} != rows {n} - clusters {n_clusters}")
-    return removed, sig, stats
+    return removed, stats
 
 
 def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta: pl.DataFrame,
@@ -555,21 +591,20 @@ def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta
     """
     n_ref = len(ref_meta)
     meta = pl.concat([ref_meta.select("uuid", "source"), query_meta.select("uuid", "source")])
-    passes = [compute_signatures(src, cfg, len(m), desc=f"minhash {label}")
-              for src, m in ((ref, ref_meta), (query, query_meta))]
-    sig, short_keys = Signatures.concat([p[0] for p in passes]), pl.concat([passes[0][1], passes[1][1]])
-    sig.check_rows(meta["uuid"], label)
-    pairs = lsh_candidates(sig.values, np.zeros(len(meta), dtype=np.int64))
+    passes = [compute_signatures(src, cfg, m["uuid"], label) for src, m in ((ref, ref_meta), (query, query_meta))]
+    keys = BandKeys.concat([p[0] for p in passes])
+    short_keys = pl.concat([passes[0][1], passes[1][1].with_columns(pl.col("i") + n_ref)])
+    uuids = meta["uuid"].cast(pl.Utf8)
+    pairs = lsh_candidates(keys, np.zeros(len(meta), dtype=np.int64))
     pairs = pairs[(pairs[:, 0] < n_ref) & (pairs[:, 1] >= n_ref)]
-    wanted = sig.uuids.gather(np.unique(pairs))
+    wanted = uuids.gather(np.unique(pairs))
     sets = {**shingle_sets(ref, cfg, wanted)[0], **shingle_sets(query, cfg, wanted)[0]}
-    short = pl.DataFrame({"k": short_keys, "i": np.arange(len(meta), dtype=np.int64)}).drop_nulls()
-    exact = (short.filter(pl.col("i") >= n_ref).join(short.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
+    exact = (short_keys.filter(pl.col("i") >= n_ref).join(short_keys.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
              .select(pl.col("i_ref").alias("i"), pl.col("i").alias("j"), pl.lit(1.0).alias("jaccard"),
                      pl.lit(True).alias("edge")))
-    checked = pl.concat([verify(pairs, sig.uuids, sets, cfg.threshold), exact])
+    checked = pl.concat([verify(pairs, uuids, sets, cfg.threshold), exact])
     edges = checked.filter("edge")
-    hits = (pl.DataFrame({"uuid": sig.uuids.gather(edges["j"]), "ref": sig.uuids.gather(edges["i"]),
+    hits = (pl.DataFrame({"uuid": uuids.gather(edges["j"]), "ref": uuids.gather(edges["i"]),
                           "jaccard": edges["jaccard"]}, schema={"uuid": pl.Utf8, "ref": pl.Utf8, "jaccard": pl.Float64})
             .sort("uuid", "jaccard", "ref", descending=[False, True, False]).group_by("uuid", maintain_order=True).first())
     removed = (hits.join(meta, on="uuid", how="left")

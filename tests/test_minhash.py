@@ -9,8 +9,8 @@ import pytest
 
 from curation.dedup import run_dedup
 from curation.minhash import (
+    BandKeys,
     DedupAlarm,
-    Signatures,
     components,
     cross_dedup,
     jaccard,
@@ -75,12 +75,37 @@ def test_bands_rows_come_from_threshold_and_are_recorded():
     assert s["datasketch_version"] == datasketch.__version__ and MinHashConfig().tag() == "5w_128p_16b8r_s1"
 
 
+def test_band_keys_spilled_to_files_equal_held_ones_and_rows_out_of_meta_order_are_refused(tmp_path):
+    from curation.minhash import band_keys, compute_signatures
+
+    cfg = MinHashConfig(batch_rows=3)
+    texts = [_text(i, 40) for i in range(7)] + ["too short", "Too  short"]
+    frame = pl.DataFrame({"uuid": [f"u{i}" for i in range(len(texts))], "text": texts})
+    batches = lambda: (frame.slice(i, 3) for i in range(0, len(frame), 3))
+    held, short, lengths = compute_signatures(batches, cfg, frame["uuid"])
+    spilled, short2, _ = compute_signatures(batches, cfg, frame["uuid"], spill=tmp_path)
+    h, off = shingles(frame["text"], cfg)
+    want = band_keys(minhash(h, off, cfg), 16, 8)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"band{b}.u64" for b in range(16))
+    for b in range(16):
+        assert np.array_equal(held.band(b), want[:, b]) and np.array_equal(spilled.band(b), want[:, b])
+    assert held.has.tolist() == spilled.has.tolist() == [True] * 7 + [False, False]
+    assert short.equals(short2) and short["i"].to_list() == [7, 8] and short["k"].n_unique() == 1
+    assert lengths.tolist() == [len(t) for t in texts]
+    with pytest.raises(ValueError, match="rows: batches and meta list different rows"):
+        compute_signatures(batches, cfg, frame["uuid"].reverse())
+    with pytest.raises(ValueError, match="batches and meta list different rows"):
+        compute_signatures(batches, cfg, frame["uuid"].append(pl.Series(["extra"])))
+
+
 def test_mixing_signatures_of_different_settings_is_refused():
-    a = Signatures(["x"], np.zeros((1, 128), np.uint32), MinHashConfig().settings())
-    b = Signatures(["y"], np.zeros((1, 128), np.uint32), MinHashConfig(seed=2).settings())
-    assert len(Signatures.concat([a, a]).uuids) == 2
+    keys = np.arange(32, dtype=np.uint64).reshape(2, 16)
+    a = BandKeys(np.ones(2, bool), MinHashConfig().settings(), keys)
+    b = BandKeys(np.ones(2, bool), MinHashConfig(seed=2).settings(), keys)
+    both = BandKeys.concat([a, a])
+    assert len(both) == 4 and both.band(3).tolist() == [3, 19, 3, 19]
     with pytest.raises(ValueError, match=r"different settings: \{'seed': \(1, 2\)\}"):
-        Signatures.concat([a, b])
+        BandKeys.concat([a, b])
 
 
 def test_removed_rows_and_survivors_are_identical_across_reruns_batches_and_workers():
@@ -114,7 +139,7 @@ def test_near_duplicates_at_known_jaccard_and_reason_names_survivor():
     near, far = _edit(base, 1, 1), _edit(base, 6, 2)
     assert round(_j(base, near), 3) == round(71 / 81, 3)  # one word changes 5 shingles: 71 shared of 81
     assert _j(base, far) < 0.8
-    removed, _, stats = _run([base, near, far])
+    removed, stats = _run([base, near, far])
     assert removed["uuid"].to_list() == ["u01"]  # equal priority and length: smaller uuid survives
     assert removed["reason"].to_list() == [f"near_duplicate: of u00 J={round(71 / 81, 2)}"]
     assert stats["clusters"] == 2 and stats["removed"] == 3 - 2
@@ -127,15 +152,15 @@ def test_survivor_is_first_by_priority_then_length_then_uuid():
     cfg = MinHashConfig()
     frame = pl.DataFrame({"uuid": ["a", "b", "c"], "text": frame_texts})
     meta = pl.DataFrame({"uuid": ["a", "b", "c"], "source": "s", "group": "g", "priority": [1, 1, 0]})
-    removed, _, _ = near_dedup(lambda: [frame], meta, cfg, NO_ALARM)
+    removed, _ = near_dedup(lambda: [frame], meta, cfg, NO_ALARM)
     assert sorted(removed["uuid"]) == ["a", "b"] and set(removed["reason"].str.slice(0, 22)) == {"near_duplicate: of c J"}
     meta = meta.with_columns(pl.Series("priority", [0, 0, 0]))
-    removed, _, _ = near_dedup(lambda: [frame], meta, cfg, NO_ALARM)
+    removed, _ = near_dedup(lambda: [frame], meta, cfg, NO_ALARM)
     assert sorted(removed["uuid"]) == ["a", "c"]  # the longest survives
 
 
 def test_texts_shorter_than_the_shingle_fall_back_to_exact_normalized_match():
-    removed, _, stats = _run(["Hi there!", "hi   THERE!", "hi there?", "Hello"])
+    removed, stats = _run(["Hi there!", "hi   THERE!", "hi there?", "Hello"])
     assert removed["reason"].to_list() == ["near_duplicate: of u01 J=1.0"]  # case/space equal; longer survives
     assert removed["uuid"].to_list() == ["u00"] and stats["short_text_edges"] == 1
 
@@ -146,7 +171,7 @@ def test_unicode_cjk_cyrillic_and_table_rows_stay_distinct():
     table = "| name | score |\n|---|---|\n| alice | 91 |\n| bob | 78 |\n| carol | 85 |"
     texts = [cjk, cjk.replace("苹果", "梨子"), cyr, cyr.replace("два", "три"), table, table.replace("91", "19"),
              cjk + "。", cyr.upper()]
-    removed, _, _ = _run(texts)
+    removed, _ = _run(texts)
     # only the re-punctuated CJK copy (longer: it survives) and the upper-cased Cyrillic copy are duplicates
     assert removed["uuid"].to_list() == ["u00", "u07"]
     assert removed["reason"].to_list() == ["near_duplicate: of u06 J=1.0", "near_duplicate: of u02 J=1.0"]
@@ -155,7 +180,7 @@ def test_unicode_cjk_cyrillic_and_table_rows_stay_distinct():
 
 def test_scope_groups_are_never_compared():
     t = _text(5)
-    removed, _, _ = _run([t, _edit(t, 1, 1)], groups=["math", "code"])
+    removed, _ = _run([t, _edit(t, 1, 1)], groups=["math", "code"])
     assert removed.is_empty()
 
 
@@ -166,7 +191,7 @@ def test_alarm_fails_with_the_cluster_shown_or_warns():
     with pytest.raises(DedupAlarm, match=r"cluster of 5 rows > max_cluster_size 3 \(survivor u00\)") as err:
         _run(texts, alarms=alarms)
     assert "u03: 'w" in str(err.value)  # members are listed with their text
-    removed, _, stats = _run(texts, alarms=alarms.model_copy(update={"on_alarm": "warn"}))
+    removed, stats = _run(texts, alarms=alarms.model_copy(update={"on_alarm": "warn"}))
     assert len(removed) == 4 and len(stats["alarms"]) == 1
     loss = AlarmParams(max_cluster_size=100, max_source_loss=0.5, on_alarm="fail")
     with pytest.raises(DedupAlarm, match="source a loses 4/5 rows"):
@@ -221,11 +246,11 @@ def _reference_removals(texts, cfg, groups):
     from curation.minhash import compute_signatures, exact_edges, lsh_candidates, shingle_sets, survivors
 
     frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
-    sig, short_keys, lengths = compute_signatures(lambda: [frame], cfg)
+    keys, short_keys, lengths = compute_signatures(lambda: [frame], cfg, frame["uuid"])
     g = np.asarray(groups, dtype=object).astype(str)
-    pairs = lsh_candidates(sig.values, g)
+    pairs = lsh_candidates(keys, g)
     sets, _ = shingle_sets(lambda: [frame], cfg, set(frame["uuid"]))
-    edges = np.concatenate([verify(pairs, sig.uuids, sets, cfg.threshold).filter("edge").select("i", "j")
+    edges = np.concatenate([verify(pairs, frame["uuid"], sets, cfg.threshold).filter("edge").select("i", "j")
                             .to_numpy().reshape(-1, 2), exact_edges(short_keys, g)])
     meta = frame.select("uuid", pl.lit(0).alias("priority"), pl.Series("length", lengths))
     m = survivors(meta, components(len(texts), edges))
@@ -252,7 +277,7 @@ def test_clustered_resolution_equals_all_pairs_verification_in_any_chunking(veri
     frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
     meta = frame.select("uuid", pl.lit("s").alias("source"), pl.Series("group", groups), pl.lit(0).alias("priority"))
     reads = []
-    removed, _, stats = near_dedup(lambda: reads.append(1) or [frame], meta, cfg, NO_ALARM, verify_chars=verify_chars)
+    removed, stats = near_dedup(lambda: reads.append(1) or [frame], meta, cfg, NO_ALARM, verify_chars=verify_chars)
     got = {u: r.split()[2] for u, r in removed.select("uuid", "reason").iter_rows()}
     assert got == want and len(want) > 20
     assert len(reads) == 2  # signatures, then every chunk's shingle sets in one pass (not one per chunk)
@@ -264,7 +289,7 @@ def test_verified_pairs_grow_linearly_with_a_cluster_of_near_copies():
     counts = {}
     for k in (10, 40):
         texts = [_edit(base, 2, i) for i in range(k)]
-        removed, _, stats = _run(texts)
+        removed, stats = _run(texts)
         assert len(removed) == k - 1
         counts[k] = stats["verified_pairs"]
     assert counts[10] < 2 * 10 and counts[40] < 2 * 40  # about one check per copy, not k(k-1)/2 (45, 780)
