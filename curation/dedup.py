@@ -13,7 +13,8 @@ generators whose distinct problems share a long instruction template) get exact
 dedup only. :func:`run_dedup` streams the
 parquet row groups, so memory holds per-row keys, not tables: the exact pass's uuid, 16-byte text hash and
 categorical source and domain (~80 bytes a row), then near-dedup's uuid, source, priority and length
-(~70 bytes) and its union-find (:func:`curation.minhash.near_dedup`: ~30 bytes, the band keys on disk). Its
+(~70 bytes), a union-find parent and a chunk number (:func:`curation.minhash.near_dedup`: 16 bytes; the band
+keys on disk). Its
 per-batch passes run on an executor (:mod:`common.executor`: this process, or Ray Data).
 """
 
@@ -118,7 +119,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
             batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
                                      cfg.workers)
             near_removed, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars,
-                                             signatures / f"{kind}.parquet")
+                                          signatures / f"{kind}.parquet")
             parts.append(near_removed.select("uuid", "reason"))
             stats[kind]["near"] = st
         removed[kind] = pl.concat(parts)

@@ -52,9 +52,9 @@ from validators.verifiers.sandbox import require_from_params as require_sandbox
 KINDS = ("sft", "rl")
 
 
-def _registry(params: PipelineParams):
+def _registry(params: PipelineParams, include_disabled: bool = False):
     src = params.sources
-    return load_registry(src.registry, src.only, src.options)
+    return load_registry(src.registry, src.only, src.options, include_disabled)
 
 
 def _load(path: Path) -> pl.DataFrame:
@@ -75,9 +75,7 @@ def step_fetch(params: PipelineParams) -> dict[str, Any]:
     which read them from the same cache, leave ``fetch``'s output as it is."""
     from corpora.fetch import run_fetch
 
-    src = params.sources
-    specs = load_registry(src.registry, src.only, src.options, include_disabled=True)
-    return run_fetch(specs, SOURCES, load_models(src.registry))
+    return run_fetch(_registry(params, include_disabled=True), SOURCES, load_models(params.sources.registry))
 
 
 def step_asset(params: PipelineParams) -> list[str]:
