@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
+from common.json_rows import Unencodable, json_rows
+
 REJECT_SCHEMA = pa.schema([
     ("step", pa.string()),
     ("source", pa.string()),
@@ -248,7 +250,9 @@ class Rejects:
 
     def __init__(self, step: str, spill_rows: int = ROW_GROUP_SIZE):
         self.step, self.spill_rows = step, spill_rows
-        self._buffer: list[dict[str, str]] = []
+        self._rows: list[dict[str, str]] = []  # records added one at a time since the last table piece
+        self._pieces: list[pa.Table] = []  # the buffered records before those, in order
+        self._buffered = 0  # rows in _pieces and _rows
         self._counts: Counter[tuple[str, str]] = Counter()  # (source, category) -> records
         self._dir: str | None = None
         self._chunks: list[Path] = []
@@ -257,22 +261,42 @@ class Rejects:
         """Record one rejected record; ``reason`` is short and stable (it is a metric key)."""
         if not isinstance(record, str):
             record = json.dumps(record, ensure_ascii=False, default=str)
-        self._append({"step": self.step, "source": source, "record_id": str(record_id),
-                      "category": reason.split(":")[0], "reason": reason, "record": record})
+        self._rows.append({"step": self.step, "source": source, "record_id": str(record_id),
+                           "category": reason.split(":")[0], "reason": reason, "record": record})
+        self._counts[source, reason.split(":")[0]] += 1
+        self._buffered += 1
+        self._spill_full()
 
-    def _append(self, row: dict[str, str]) -> None:
-        self._buffer.append(row)
-        self._counts[row["source"], row["category"]] += 1
-        if len(self._buffer) >= self.spill_rows:
+    def _add_table(self, table: pa.Table) -> None:
+        """Append records as a table of :data:`REJECT_SCHEMA` (counted here)."""
+        if not table.num_rows:
+            return
+        for source, category, n in pl.from_arrow(table.select(["source", "category"])).group_by(
+                "source", "category").len().iter_rows():
+            self._counts[source, category] += n
+        self._pieces += [self._table(self._rows), table] if self._rows else [table]
+        self._rows, self._buffered = [], self._buffered + table.num_rows
+        self._spill_full()
+
+    def _buffer(self) -> pa.Table:
+        """The buffered records as one table (one chunk per column: written as a single table was)."""
+        pieces = self._pieces + [self._table(self._rows)]
+        return pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
+
+    def _spill_full(self) -> None:
+        """Write ``spill_rows`` records at a time to the spill directory while that many are buffered."""
+        while self._buffered >= self.spill_rows:
             if self._dir is None:
                 spill = scratch() or SPILL
                 spill.mkdir(parents=True, exist_ok=True)
                 self._dir = tempfile.mkdtemp(dir=spill, prefix=f"{self.step}-")
                 _pause_for_tests()
+            pieces = pa.concat_tables(self._pieces + [self._table(self._rows)])
             chunk = Path(self._dir) / f"{len(self._chunks):06d}.parquet"
-            pq.write_table(self._table(self._buffer), chunk)
+            pq.write_table(pieces.slice(0, self.spill_rows).combine_chunks(), chunk)
             self._chunks.append(chunk)
-            self._buffer = []
+            rest = pieces.slice(self.spill_rows)
+            self._pieces, self._rows, self._buffered = [rest] if rest.num_rows else [], [], rest.num_rows
 
     @staticmethod
     def _table(rows: list[dict[str, str]]) -> pa.Table:
@@ -281,20 +305,45 @@ class Rejects:
     def _tables(self) -> Iterator[pa.Table]:
         for chunk in self._chunks:
             yield pq.read_table(chunk)
-        yield self._table(self._buffer)
+        yield self._buffer()
 
     def extend_frame(self, frame: pl.DataFrame, reason_col: str = "reason",
                      id_col: str = "uuid", source_col: str = "source") -> None:
-        """Add every row of ``frame`` (a schema table plus a ``reason`` column)."""
-        records = frame.drop(reason_col).to_dicts()
-        for rec, reason in zip(records, frame[reason_col].to_list(), strict=True):
-            self.add(rec.get(source_col) or "", rec.get(id_col) or "", reason, rec)
+        """Add every row of ``frame`` (a schema table plus a ``reason`` column), each record the JSON
+        of its row without ``reason``: the bytes :meth:`add` writes for ``row.to_dicts()``, encoded
+        column-wise (:func:`common.json_rows.json_rows`; row by row for a dtype it does not encode).
+
+        Raises:
+            ValueError: naming the column when ``reason`` holds a null."""
+        if not len(frame):
+            return
+        if frame[reason_col].null_count():
+            raise ValueError(f"rejects of {self.step}: column {reason_col!r} holds {frame[reason_col].null_count()} "
+                             "nulls; every rejected record needs a reason")
+        records = frame.drop(reason_col)
+        try:
+            record = json_rows(records)
+        except Unencodable:
+            record = pl.Series([json.dumps(r, ensure_ascii=False, default=str) for r in records.to_dicts()],
+                               dtype=pl.String)
+
+        def text(col: str) -> pl.Expr | pl.Series:  # the row's value as add() gets it: str(value or "")
+            if col not in frame.columns:
+                return pl.lit("")
+            if frame.schema[col] == pl.String or isinstance(frame.schema[col], (pl.Categorical, pl.Enum)):
+                return pl.col(col).cast(pl.String).fill_null("")
+            return pl.Series([str(v or "") for v in frame[col].to_list()], dtype=pl.String)
+
+        table = frame.select(
+            pl.lit(self.step, pl.String).alias("step"), text(source_col).alias("source"),
+            text(id_col).alias("record_id"), pl.col(reason_col).str.split(":").list.first().alias("category"),
+            pl.col(reason_col).alias("reason"), record.alias("record"))
+        self._add_table(table.to_arrow().cast(REJECT_SCHEMA))
 
     def merge(self, other: Rejects) -> None:
         """Append every record of ``other`` (same columns; its ``step`` is kept)."""
         for table in other._tables():
-            for row in table.to_pylist():
-                self._append(row)
+            self._add_table(table.cast(REJECT_SCHEMA))
 
     @property
     def rows(self) -> list[dict[str, str]]:
@@ -309,8 +358,7 @@ class Rejects:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["step"], state["spill_rows"])
-        for row in state["rows"]:
-            self._append(row)
+        self._add_table(self._table(state["rows"]))
 
     def __del__(self) -> None:
         if getattr(self, "_dir", None) is not None:
@@ -338,7 +386,7 @@ class Rejects:
         bytes as :func:`write_parquet` of the whole table (zstd, :data:`ROW_GROUP_SIZE` rows
         per row group, which ``spill_rows`` must equal when chunks exist)."""
         if not self._chunks:
-            write_parquet(self._table(self._buffer), path)
+            write_parquet(self._buffer(), path)
             return
         if self.spill_rows != ROW_GROUP_SIZE:
             raise ValueError(f"Rejects.spill_rows {self.spill_rows} != ROW_GROUP_SIZE {ROW_GROUP_SIZE}")

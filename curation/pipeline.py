@@ -365,14 +365,24 @@ def step_synthesize(params: PipelineParams) -> dict[str, Any]:
 def _set_tables(kind: str, columns: list[str] | None = None
                 ) -> dict[str, dict[str, Callable[[], Iterator[pl.DataFrame]]]]:
     """``{config: {split: reader}}`` of a kind's set files (SFT configs are the SFT domains, in order of
-    first appearance); each reader streams one split of one config in row order, in batches of
-    :data:`MAP_BATCH_ROWS` file rows (``columns``: only those)."""
+    first appearance); each reader streams one split of one config in row order, in batches of at most
+    :data:`MAP_BATCH_ROWS` rows (``columns``: only those).
+
+    An SFT domain's reader collects one slice of the file's rows at a time filtered on ``domain``: polars
+    reads the slice's row groups, decodes the predicate first and the other columns only for the
+    domain's rows, so exporting D domains of one file costs about one decode of it, not D (a filter
+    after decoding each batch did: 16x data, 4 domains, 3.0 s against 11.5). Not ``collect_batches``:
+    its streaming engine reads ahead of a slow consumer without bound (2 GB for 275K rows)."""
 
     def reader(path: Path, domain: str | None = None) -> Callable[[], Iterator[pl.DataFrame]]:
         def read() -> Iterator[pl.DataFrame]:
-            for batch in parquet_batches(path, MAP_BATCH_ROWS, columns):
-                frame = pl.from_arrow(batch)
-                yield frame if domain is None else frame.filter(pl.col("domain") == domain)
+            if domain is None:
+                yield from (pl.from_arrow(b) for b in parquet_batches(path, MAP_BATCH_ROWS, columns))
+                return
+            scan = pl.scan_parquet(path)
+            for start in range(0, scan.select(pl.len()).collect().item(), MAP_BATCH_ROWS):
+                part = scan.slice(start, MAP_BATCH_ROWS).filter(pl.col("domain") == domain)
+                yield (part if columns is None else part.select(columns)).collect()
         return read
 
     if kind == "rl":
@@ -397,18 +407,19 @@ def step_export(params: PipelineParams) -> dict[str, Any]:
     allow, rows_per_shard = list(params.export.allow_licenses), params.export.rows_per_shard
     specs = load_registry(params.sources.registry)
     manifest = json.loads((SOURCES / "manifest.json").read_text())
-    rejects, rows_in, rows_out, stats = Rejects("export"), 0, 0, {}
+    rejects, rows_in, rows_out, stats, counts = Rejects("export"), 0, 0, {}, {}
     for kind in KINDS:
         for config, splits in _set_tables(kind, ["license", "domain"]).items():
             for split, read in splits.items():  # rows to export: those with a null reason
-                shard_count(sum(license_reason(f, allow)["reason"].null_count() for f in read()), rows_per_shard,
-                            f"{kind}/{config}/{split}")
+                n = counts.setdefault(kind, {})[config, split] = sum(
+                    license_reason(f, allow)["reason"].null_count() for f in read())
+                shard_count(n, rows_per_shard, f"{kind}/{config}/{split}")
     for kind in KINDS:
         sets = {c: {sp: (lambda read=read: (license_reason(f, allow) for f in read())) for sp, read in splits.items()}
                 for c, splits in _set_tables(kind).items()}
         before = len(rejects)
         _, st = export_release(sets, kind, RELEASE / kind, specs, manifest, allow, rows_per_shard, marked=True,
-                               on_refused=rejects.extend_frame)
+                               on_refused=rejects.extend_frame, counts=counts[kind])
         n_out = sum(sum(s.values()) for s in st["configs"].values())
         rows_in, rows_out = rows_in + n_out + len(rejects) - before, rows_out + n_out
         stats[kind] = st

@@ -163,7 +163,8 @@ SetTable = pl.DataFrame | Callable[[], Iterable[pl.DataFrame]]
 def export_release(sets: dict[str, dict[str, SetTable]], kind: str, out_dir: Path,
                    specs: list[SourceSpec], manifest: dict[str, Any], allow_licenses: list[str],
                    rows_per_shard: int, marked: bool = False,
-                   on_refused: Callable[[pl.DataFrame], None] | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
+                   on_refused: Callable[[pl.DataFrame], None] | None = None,
+                   counts: dict[tuple[str, str], int] | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Write one release directory for ``kind`` ('sft' | 'rl') atomically.
 
     Args:
@@ -174,6 +175,9 @@ def export_release(sets: dict[str, dict[str, SetTable]], kind: str, out_dir: Pat
         specs: the registry (provenance per source); manifest: fetch manifest.
         marked: the tables already carry :func:`license_reason`'s ``reason`` column (mapped over
             the set files by an executor); otherwise it is computed here.
+        counts: ``{(config, split): rows to export}`` when the caller has counted them (on the
+            license column alone): each split is then read once, not twice; a split whose rows
+            differ from its count raises ValueError once it is read.
 
     Returns:
         (refused rows with ``reason``, stats {config: {split: rows}}).
@@ -196,18 +200,16 @@ def export_release(sets: dict[str, dict[str, SetTable]], kind: str, out_dir: Pat
 
     keys = [(config, split) for config, splits in sorted(sets.items()) for split in splits]
     # every split is filtered and its shard count checked before the first file is written
-    n_shards = {}
-    for key in keys:
-        n = sum(len(ok) for ok, _ in parts(key))
-        if n:
-            n_shards[key] = shard_count(n, rows_per_shard, f"{kind}/{key[0]}/{key[1]}")
+    if counts is None:
+        counts = {key: sum(len(ok) for ok, _ in parts(key)) for key in keys}
+    n_shards = {key: shard_count(counts.get(key, 0), rows_per_shard, f"{kind}/{key[0]}/{key[1]}") for key in keys}
     by_name = {s.name: s for s in specs}
     schema = SCHEMAS[kind]
     layout, rows_by_source, refused = {}, {}, []
     with atomic_dir(out_dir) as staging:
         for key in keys:
             config, split = key
-            n = n_shards.get(key, 0)
+            n = n_shards[key]
             st = {"num_examples": 0, "num_bytes": 0, "download_size": 0}
 
             def write(shard: pl.DataFrame, i: int, n: int = n, st: dict = st, config: str = config,
@@ -233,8 +235,10 @@ def export_release(sets: dict[str, dict[str, SetTable]], kind: str, out_dir: Pat
             if len(pending):
                 write(pending, written)
                 written += 1
-            if written != n:
-                raise AssertionError(f"{kind}/{config}/{split}: wrote {written} shards, counted {n}")
+            if st["num_examples"] != counts.get(key, 0) or written != n:
+                raise ValueError(f"{kind}/{config}/{split}: read {st['num_examples']} rows to export in "
+                                 f"{written} shards, counted {counts.get(key, 0)} rows ({n} shards) before: "
+                                 "did the set change while it was exported?")
             if n:
                 layout.setdefault(config, {})[split] = st
         provenance = []

@@ -53,6 +53,7 @@ CODE = [
     ("corpora/chat.py", "chat rendering of the prompts (stages/environment.py)"),
     ("common/answers.py", ""),
     ("common/io.py", ""),
+    ("common/json_rows.py", "rejected records as JSON (common/io.py)"),
     ("common/plugins.py", ""),
     ("common/paths.py", "where the sets are (stages/datasets.py)"),
     ("packing/attention.py", "packed documents isolated (activation checkpointing's recompute)"),
@@ -80,6 +81,7 @@ REPORT = """\
       - stages/checkpoints.py
       - stages/datasets.py
       - common/io.py
+      - common/json_rows.py
       - common/paths.py
     params:
       - cascade.order

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from common import io
 from common.io import REJECT_SCHEMA, Rejects, atomic_dir, parquet_batches, write_parquet
@@ -23,7 +24,7 @@ def test_spilled_rejects_write_the_same_bytes_as_one_table(tmp_path, monkeypatch
     monkeypatch.setattr(io, "ROW_GROUP_SIZE", 3)
     rejects = Rejects("dedup", spill_rows=3)
     _fill(rejects, 8)
-    assert len(rejects._buffer) == 2 and len(rejects._chunks) == 2  # memory holds < one chunk
+    assert rejects._buffered == 2 and len(rejects._chunks) == 2  # memory holds < one chunk
     rejects.write(tmp_path / "spilled.parquet")
     write_parquet(pa.Table.from_pylist(rejects.rows, schema=REJECT_SCHEMA), tmp_path / "whole.parquet")
     assert (tmp_path / "spilled.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
@@ -117,3 +118,40 @@ def test_compact_rows_pickle_without_the_batch_they_were_filtered_from():
     assert kept.equals(few) and kept.schema == few.schema
     assert len(pickle.dumps(few)) > 100 * 1000  # the batch's buffers (1 MB of strings)
     assert len(pickle.dumps(kept)) < 5_000
+
+
+def test_a_frame_of_rejects_writes_what_adding_its_rows_one_by_one_writes(tmp_path, monkeypatch):
+    """extend_frame encodes column-wise (common/json_rows.py) and spills mid-frame; the file is the bytes
+    of the per-row path, add() calls between frames keep their place, and a dtype json_rows does not
+    encode (a date) goes row by row through ``default=str``."""
+    import datetime
+
+    import polars as pl
+
+    monkeypatch.setattr(io, "ROW_GROUP_SIZE", 4)
+    frame = pl.DataFrame({"uuid": [f"u{i}" for i in range(7)] + [None], "source": ["a", "b"] * 3 + [None, "c"],
+                          "text": ['q"\\\n', "é", None, "", "x", "\x01", "y", "z"], "score": [0.5] * 8,
+                          "reason": ["dup: of u0", "lang", "dup:x", "lang: en", "q", "q", "q", "dup"]})
+    dated = pl.DataFrame({"uuid": ["d0"], "when": [datetime.date(2026, 1, 2)], "reason": ["old"]})
+    fast, slow = Rejects("export", spill_rows=4), Rejects("export", spill_rows=4)
+    fast.add("s", "first", "manual", {"k": 1})
+    fast.extend_frame(frame)
+    fast.add("s", "between", "manual", "text")
+    fast.extend_frame(dated, source_col="missing")
+    slow.add("s", "first", "manual", {"k": 1})
+    for frm, source_col in ((frame, "source"), (None, None), (dated, "missing")):
+        if frm is None:
+            slow.add("s", "between", "manual", "text")
+            continue
+        for rec, reason in zip(frm.drop("reason").to_dicts(), frm["reason"], strict=True):
+            slow.add(rec.get(source_col) or "", rec.get("uuid") or "", reason, rec)
+    assert len(fast._chunks) == len(slow._chunks) == 2 and fast.counts() == slow.counts()
+    fast.write(tmp_path / "fast.parquet")
+    slow.write(tmp_path / "slow.parquet")
+    assert (tmp_path / "fast.parquet").read_bytes() == (tmp_path / "slow.parquet").read_bytes()
+    rows = fast.rows
+    assert [r["record_id"] for r in rows] == ["first", *[f"u{i}" for i in range(7)], "", "between", "d0"]
+    assert rows[-1]["record"] == '{"uuid": "d0", "when": "2026-01-02"}' and rows[-1]["source"] == ""
+    assert fast.by_reason() == {"dup": 3, "lang": 2, "manual": 2, "old": 1, "q": 3}
+    with pytest.raises(ValueError, match="rejects of export: column 'reason' holds 1 nulls"):
+        fast.extend_frame(frame.with_columns(reason=pl.lit(None, pl.String)).head(1))

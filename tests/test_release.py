@@ -406,25 +406,28 @@ def test_more_shards_than_five_digit_names_hold_fail_before_writing(tmp_path, mo
     assert not (tmp_path / "rel").exists()
 
 
-def test_the_export_step_checks_both_kinds_before_writing_either(tmp_path, monkeypatch):
-    from curation.pipeline import step_export
-    from tests.rows import sft_table
+def _export_repo(tmp_path, monkeypatch, sft: pl.DataFrame, rows_per_shard: int):
+    """A data/ with ``sft`` as the SFT train set and _shard_sets' rl/math/train; the params to export it."""
+    from curation.params import check_params
 
     (tmp_path / "data/sets/sft").mkdir(parents=True)
     (tmp_path / "data/sets/rl/math").mkdir(parents=True)
     (tmp_path / "data/sources").mkdir()
     (tmp_path / "data/sources/manifest.json").write_text("{}")
-    sft_table(["a", "b"], domain=["chat", "chat"]).write_parquet(tmp_path / "data/sets/sft/train.parquet")
+    sft.write_parquet(tmp_path / "data/sets/sft/train.parquet")
     _shard_sets()["math"]["train"].write_parquet(tmp_path / "data/sets/rl/math/train.parquet")
-    import yaml
-
-    from curation.params import check_params
-
     repo = Path(release.__file__).parents[1]
-    params = check_params({**yaml.safe_load((repo / "params.yaml").read_text()),
-                           "sources": {"registry": str(repo / "corpora/sources.yaml")},
-                           "executor": {"kind": "local"}, "export": {"rows_per_shard": 2, "allow_licenses": []}})
     monkeypatch.chdir(tmp_path)
+    return check_params({**yaml.safe_load((repo / "params.yaml").read_text()),
+                         "sources": {"registry": str(repo / "corpora/sources.yaml")}, "executor": {"kind": "local"},
+                         "export": {"rows_per_shard": rows_per_shard, "allow_licenses": []}})
+
+
+def test_the_export_step_checks_both_kinds_before_writing_either(tmp_path, monkeypatch):
+    from curation.pipeline import step_export
+    from tests.rows import sft_table
+
+    params = _export_repo(tmp_path, monkeypatch, sft_table(["a", "b"], domain=["chat", "chat"]), 2)
     monkeypatch.setattr(release, "MAX_SHARDS", 3)  # rl/math/train: 7 rows in 4 shards; sft/chat/train fits in 1
     with pytest.raises(ValueError, match=r"4 shards for rl/math/train"):
         step_export(params)
@@ -433,3 +436,42 @@ def test_the_export_step_checks_both_kinds_before_writing_either(tmp_path, monke
     metrics = step_export(params)
     assert metrics["releases"] == {"sft": {"configs": {"chat": {"train": 2}}},
                                    "rl": {"configs": {"math": {"train": 7}}}}
+
+
+def test_the_export_step_shards_each_domain_of_an_interleaved_file_in_row_order(tmp_path, monkeypatch):
+    """SFT configs are the domains of one file, each read by a scan filtered on ``domain`` in batches:
+    every domain's shards hold its rows in file order, across batch boundaries, and the refused rows go
+    to the rejects config by config."""
+    from curation import pipeline
+    from tests.rows import sft_table
+
+    domains = ["chat", "math", "math", "chat", "code", "chat", "math", "chat", "chat"]
+    sft = sft_table([f"q{i}" for i in range(9)], domain=domains, license=["MIT"] * 5 + ["CC-BY-NC-4.0"] + ["MIT"] * 3)
+    params = _export_repo(tmp_path, monkeypatch, sft, 2)
+    monkeypatch.setattr(pipeline, "MAP_BATCH_ROWS", 2)
+    metrics = pipeline.step_export(params)
+    assert metrics["releases"]["sft"] == {"configs": {"chat": {"train": 4}, "code": {"train": 1},
+                                                      "math": {"train": 3}}}
+    for domain in ("chat", "code", "math"):
+        files = sorted((tmp_path / "release/sft" / domain).glob("train-*.parquet"))
+        n = -(-sum(1 for i, d in enumerate(domains) if d == domain and i != 5) // 2)
+        assert [f.name for f in files] == [f"train-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+        back = pl.concat([pl.read_parquet(f) for f in files])
+        assert back["uuid"].to_list() == [u for u, d, lic in sft.select("uuid", "domain", "license").iter_rows()
+                                          if d == domain and lic == "MIT"]
+    rejects = pl.read_parquet(tmp_path / "rejects/export.parquet")
+    assert rejects["record_id"].to_list() == [sft["uuid"][5]]
+    assert metrics["rejected_by_reason"] == {"license_refused": 1}
+
+
+def test_a_split_that_differs_from_its_count_raises_and_writes_nothing(tmp_path):
+    sets, out = _shard_sets(), tmp_path / "rel"
+    counted = {("math", "train"): 7, ("math", "validation"): 1, ("code", "train"): 3}
+    export_release(sets, "rl", tmp_path / "plain", [], {}, [], 2)
+    export_release(sets, "rl", out, [], {}, [], 2, counts=counted)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == {
+        p.relative_to(tmp_path / "plain"): p.read_bytes() for p in (tmp_path / "plain").rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"^rl/math/train: read 7 rows to export in 4 shards, counted 6 rows "
+                                         r"\(3 shards\) before: did the set change while it was exported\?$"):
+        export_release(sets, "rl", tmp_path / "changed", [], {}, [], 2, counts={**counted, ("math", "train"): 6})
+    assert not (tmp_path / "changed").exists()
