@@ -220,13 +220,15 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     out_rows = 0
     mixes = {f"rl/{m}" for m in stats["mixes"]}
 
-    def rows(kind: str, keys: pl.DataFrame) -> pl.DataFrame:  # whole rows of a few rejected keys, with reason
-        full = pl.concat([_empty(kind), *take_rows(src[kind], rows=keys[ROW].to_numpy())], how="vertical_relaxed")
-        return full.with_columns(keys["reason"])
+    def reject(kind: str, keys: pl.DataFrame) -> None:  # the whole rows of rejected keys, streamed with reasons
+        at = 0
+        for frame in take_rows(src[kind], rows=keys[ROW].to_numpy()):
+            rejects.extend_frame(frame.with_columns(keys["reason"].slice(at, len(frame))))
+            at += len(frame)
 
-    rejects.extend_frame(rows("rl", broken))
+    reject("rl", broken)
     for frame in capped:
-        rejects.extend_frame(rows("sft" if frame["reason"][0].startswith("mix_cap: sft ") else "rl", frame))
+        reject("sft" if frame["reason"][0].startswith("mix_cap: sft ") else "rl", frame)
     for name, splits in sets.items():
         kind = name.split("/")[0]
         for split, df in splits.items():

@@ -2,6 +2,7 @@
 data step leaves nothing behind after the next ``dvc repro``, even when DVC restores the stage from
 its run cache."""
 
+import functools
 import json
 import os
 import signal
@@ -96,10 +97,16 @@ def _params(root: Path) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(params))
 
 
-def test_build_rejects_and_counts_rows_that_break_their_verifiers_contract(tmp_path, monkeypatch):
+@pytest.mark.parametrize("take_batch", [None, 1], ids=["one_frame", "a_frame_a_row"])
+def test_build_rejects_and_counts_rows_that_break_their_verifiers_contract(tmp_path, monkeypatch, take_batch):
+    """The rejected rows are read back with common.take in frames (here also of one row each): each keeps
+    its own reason."""
+    from common import take
     from curation.params import check_params
     from curation.pipeline import run_step
 
+    if take_batch:
+        monkeypatch.setattr(take, "take_rows", functools.partial(take.take_rows, batch_rows=take_batch))
     copy_repo(tmp_path)
     _params(tmp_path)
     _decontaminated(tmp_path)
