@@ -23,7 +23,10 @@ largest sum over the process tree seen by that poll.
         [--json docs/scale/after.json] [--keep]
 
 ``--input decontaminated`` replicates decontaminate's output instead, for the steps from ``validate``
-on (``--input semdedup``: semdedup's, from ``decontaminate`` on). ``--code DIR`` runs the steps from
+on (``--input semdedup``: semdedup's, from ``decontaminate`` on). Rows of fewer than four dedup tokens get no
+marker, so their copies are exact copies: in a whole chain dedup removes them, but from a replicated
+decontaminate output ``validate`` fails on them (the RL suite's unique ``text_hash``: 15 short BFCL prompts
+a copy); start at ``build`` there. ``--code DIR`` runs the steps from
 another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree`` of the commit before a change, for a
 before/after table on the same machine and data. Needs the default pipeline's ``data/`` (``dvc repro export``).
 """
