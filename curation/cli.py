@@ -68,6 +68,10 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
     if ingest:
         Console().print("ingest counts source records; one record can hold many rows (a generator, a "
                         "derived set): see rows_out_by_table in metrics/ingest.json", style="dim")
+    if any(r["step"] == "export" for r in rows):
+        Console().print("export counts every row of every set it releases: the stage mixes (rl/multi_domain, ...) "
+                        "re-draw rows of the domain sets, so it reads more rows than build wrote once; rows whose "
+                        "license is not cleared for release are refused (export.allow_licenses)", style="dim")
 
 
 def main(argv: list[str] | None = None) -> int:
