@@ -61,3 +61,15 @@ def test_a_dtype_without_a_columnwise_encoding_is_refused_not_guessed():
         json_rows(pl.DataFrame({"d": [datetime.date(2026, 1, 1)]}))
     with pytest.raises(Unencodable, match="Float64"):  # a float inside a list: only top-level floats
         json_rows(pl.DataFrame({"f": [[0.1]]}))
+
+
+@pytest.mark.parametrize("frame", [
+    pl.DataFrame({"a": pl.Series([[None, None], [], None], dtype=pl.List(pl.Null))}),
+    pl.DataFrame({"a": [[[1, 2], [], None], None, [[None]]], "b": [[True, None], [], None]}),
+    pl.DataFrame({"a": pl.Series([2**64 - 1, 0, None], dtype=pl.UInt64),
+                  "f": pl.Series([0.1, None, 2.5], dtype=pl.Float32)}),
+    pl.DataFrame({'k"\n': ["v"], "é": [None]}),
+    pl.DataFrame({"a": pl.Series([], dtype=pl.String)}),
+], ids=["list_of_nulls", "nested_lists", "u64_and_f32", "keys_escaped", "no_rows"])
+def test_edge_dtypes_and_keys_encode_as_json_dumps_does(frame):
+    assert json_rows(frame).to_list() == [json.dumps(r, ensure_ascii=False) for r in frame.to_dicts()]
