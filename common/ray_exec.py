@@ -117,6 +117,9 @@ class RayExecutor:
         return [pickle.loads(b) for t in ds.iter_batches(batch_size=None, batch_format="pyarrow")
                 for b in t["result"].to_pylist()]
 
+    def release(self) -> None:
+        """Nothing: Ray's workers are Ray's to keep or stop."""
+
     def close(self) -> None:
         """Shut down the Ray this executor started (not one it joined)."""
         if self._owned:

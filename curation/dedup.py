@@ -127,6 +127,7 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
         rl_removed, st = _rl_vs_sft(ex, src, removed, cfg)
         removed["rl"] = pl.concat([removed["rl"], rl_removed.select("uuid", "reason")])
         stats["rl_vs_sft"] = st
+    ex.release()  # the writes are the driver's
     rejects, rows_in, rows_out = Rejects("dedup"), 0, 0
     for kind in KINDS:
         before = rejects.counts()

@@ -179,6 +179,22 @@ def _pid(frame: pl.DataFrame, offset: int) -> pl.DataFrame:
     return frame.select("uuid", (pl.col("x") + offset).alias("y"), pl.lit(os.getpid()).alias("pid"))
 
 
+def test_released_local_workers_start_again_for_the_next_map_with_the_same_rows(tmp_path):
+    """LocalExecutor.release stops the worker processes (dedup's driver-only phases give their memory back);
+    the next map starts new ones and returns what the first did."""
+    pl.DataFrame({"uuid": [f"u{i}" for i in range(3_000)], "x": range(3_000)}).write_parquet(tmp_path / "t.parquet")
+    ex = LocalExecutor(2)
+    try:
+        first = pl.concat(ex.map_parquet(tmp_path / "t.parquet", _pid, 1_000, {"offset": 7}))
+        ex.release()
+        assert ex.pool._pool is None
+        again = pl.concat(ex.map_parquet(tmp_path / "t.parquet", _pid, 1_000, {"offset": 7}))
+    finally:
+        ex.close()
+    assert again.drop("pid").equals(first.drop("pid")) and first["y"].to_list() == [i + 7 for i in range(3_000)]
+    assert os.getpid() not in set(first["pid"]) and set(again["pid"]).isdisjoint(set(first["pid"]))
+
+
 def test_ray_map_keeps_row_order_broadcasts_shared_and_runs_in_workers(tmp_path, ray_session):
     n = 20_000
     frame = pl.DataFrame({"uuid": [f"u{i:05d}" for i in range(n)], "x": range(n),
