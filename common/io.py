@@ -261,9 +261,10 @@ class Rejects:
         """Record one rejected record; ``reason`` is short and stable (it is a metric key)."""
         if not isinstance(record, str):
             record = json.dumps(record, ensure_ascii=False, default=str)
+        category = reason.split(":")[0]
         self._rows.append({"step": self.step, "source": source, "record_id": str(record_id),
-                           "category": reason.split(":")[0], "reason": reason, "record": record})
-        self._counts[source, reason.split(":")[0]] += 1
+                           "category": category, "reason": reason, "record": record})
+        self._counts[source, category] += 1
         self._buffered += 1
         self._spill_full()
 

@@ -33,6 +33,14 @@ def _string(expr: pl.Expr) -> pl.Expr:
     return pl.concat_str([pl.lit('"'), escaped, pl.lit('"')])
 
 
+def _object(members: list[tuple[str, pl.Expr]]) -> pl.Expr:
+    """``{"name": value, ...}`` of JSON-text expressions, with ``json.dumps``' separators."""
+    parts: list[pl.Expr] = []
+    for i, (name, value) in enumerate(members):
+        parts += [pl.lit(("{" if i == 0 else ", ") + json.dumps(name, ensure_ascii=False) + ": "), value]
+    return pl.concat_str(parts + [pl.lit("}")]) if parts else pl.lit("{}")
+
+
 def _value(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
     """``expr`` of ``dtype`` as JSON text, ``null`` for null. Raises :class:`Unencodable` for a float
     (encoded in Python, at the top level only) or a dtype outside strings, integers, booleans, nulls,
@@ -49,11 +57,7 @@ def _value(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
         inner = _value(pl.element(), dtype.inner)
         text = pl.concat_str([pl.lit("["), expr.list.eval(inner).list.join(", "), pl.lit("]")])
     elif isinstance(dtype, pl.Struct):
-        parts: list[pl.Expr] = []
-        for i, field in enumerate(dtype.fields):
-            key = json.dumps(field.name, ensure_ascii=False)
-            parts += [pl.lit(("{" if i == 0 else ", ") + key + ": "), _value(expr.struct.field(field.name), field.dtype)]
-        text = pl.concat_str(parts + [pl.lit("}")]) if parts else pl.lit("{}")
+        text = _object([(f.name, _value(expr.struct.field(f.name), f.dtype)) for f in dtype.fields])
     else:
         raise Unencodable(f"no column-wise JSON encoding for dtype {dtype}")
     return pl.when(expr.is_null()).then(pl.lit("null")).otherwise(text)
@@ -67,13 +71,13 @@ def json_rows(frame: pl.DataFrame) -> pl.Series:
         Unencodable: for a column (or a nested field) of a dtype other than strings, categoricals,
             integers, booleans, nulls, lists and structs of them, and floats at the top level.
     """
-    parts: list[pl.Expr] = []
-    for i, (name, dtype) in enumerate(frame.schema.items()):
-        if dtype.is_float():  # Python's repr, NaN and Infinity: json.dumps itself, one value at a time
-            value = pl.lit(pl.Series([json.dumps(v) for v in frame[name].to_list()], dtype=pl.String))
-        else:
-            value = _value(pl.col(name), dtype)
-        parts += [pl.lit(("{" if i == 0 else ", ") + json.dumps(name, ensure_ascii=False) + ": "), value]
-    if not parts:
+    if not frame.columns:
         return pl.Series("record", ["{}"] * len(frame), dtype=pl.String)
-    return frame.select(pl.concat_str(parts + [pl.lit("}")]).alias("record")).to_series()
+
+    def value(name: str, dtype: pl.DataType) -> pl.Expr:  # floats: Python's repr, NaN, Infinity, one at a time
+        if dtype.is_float():
+            return pl.lit(pl.Series([json.dumps(v) for v in frame[name].to_list()], dtype=pl.String))
+        return _value(pl.col(name), dtype)
+
+    members = [(name, value(name, dtype)) for name, dtype in frame.schema.items()]
+    return frame.select(_object(members).alias("record")).to_series()
