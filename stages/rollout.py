@@ -125,11 +125,13 @@ class VLLMOptions(BaseModel):
     enforce_eager: bool = True            # False: torch.compile / CUDA graphs (~2x faster, minutes to start)
     kv_cache_memory_bytes: int | None = 1 << 30
     max_model_len: int | None = None
-    # False: the engine core runs in this process, so every request of a call is queued before the
-    # first step and the batches (hence bf16 numerics) are the same on every run: 0/48 SmolLM2 samples
-    # differed between two runs, 3/48 with the core in its own process (the data steps: a stable
-    # dvc.lock). True: its own process (a stage's trainer keeps its threads).
-    multiprocessing: bool = True
+    # False: the engine core runs in this process (stages.vllm_engine.in_process), so every request of a
+    # call is queued before the first step and the batches (hence bf16 numerics) are the same on every
+    # run: 0/48 SmolLM2 samples differed between two runs, 3/48 with the core in its own process (the data
+    # steps: a stable dvc.lock); and nothing polls the cores while the trainer computes. True: its own
+    # processes. None: in this process unless the run has data-parallel ranks (vLLM in a process would
+    # join their process group).
+    multiprocessing: bool | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -9,7 +9,9 @@ module and each stage test starts its own, as a stage does.
 
 import csv
 import json
+import random
 import shutil
+from pathlib import Path
 
 import psutil
 import pytest
@@ -172,8 +174,6 @@ def test_vllm_logprobs_match_the_trainer_before_and_after_a_weight_update(vllm_s
 def test_vllm_push_of_a_partly_frozen_policy_moves_its_trainable_tensors_and_keeps_the_rest(vllm_setup, tok):
     """``trainable_layers``: the push carries the top layer only; the engine then samples the whole updated
     policy (its frozen layers are the checkpoint it started from), with fp32 log-probs."""
-    from safetensors.torch import load_file
-
     engine, model = vllm_setup
     prompts = _prompts(tok)
     old = {k: v.clone() for k, v in model.state_dict().items()}
@@ -186,7 +186,7 @@ def test_vllm_push_of_a_partly_frozen_policy_moves_its_trainable_tensors_and_kee
             for p in top.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
         engine.sync_weights(model)
-        pushed = set(load_file(engine._weights.path))
+        pushed = set(engine.pushed)
         assert pushed and all(k.startswith(f"model.layers.{len(model.model.layers) - 1}.") for k in pushed)
         mean, worst = _diff(model, engine.generate(prompts, n=3, seed=1), engine.pad)
         assert mean < 1e-4 and worst < 1e-3, (mean, worst)
@@ -194,6 +194,90 @@ def test_vllm_push_of_a_partly_frozen_policy_moves_its_trainable_tensors_and_kee
         model.requires_grad_(True)
         model.load_state_dict(old)
         engine.sync_weights(model)
+
+
+def test_the_vllm_engine_runs_in_process_in_a_one_process_run_only(monkeypatch):
+    from stages.vllm_engine import in_process
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    assert in_process(None) and in_process(False) and not in_process(True)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's rank before its group is up
+    assert not in_process(None) and in_process(False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)  # a process group (DeepSpeed's)
+    assert not in_process(None)
+
+
+# an in-process engine started in a fresh process whose trainer runs 1 thread with seeded generators
+IN_PROCESS_PROBE = """
+import json, os, random, sys
+import numpy as np, torch
+from transformers import AutoTokenizer
+from stages.rollout import SamplingConfig
+from stages.vllm_engine import vllm_engine
+path = sys.argv[1]
+torch.set_num_threads(1)
+random.seed(5); np.random.seed(5); torch.manual_seed(5)
+cores = sorted(os.sched_getaffinity(0))
+engine = vllm_engine(None, AutoTokenizer.from_pretrained(path), SamplingConfig(max_new_tokens=4), model_path=path)
+seen = {"in_process": engine.in_process, "threads": torch.get_num_threads(),
+        "cores_kept": sorted(os.sched_getaffinity(0)) == cores,
+        "draws": [random.random(), float(np.random.rand()), float(torch.rand(1))]}
+torch.set_num_threads(2)
+seen["threads_set"] = torch.get_num_threads()
+torch.set_num_threads(1)
+seen["samples"] = len(engine.generate([[1, 2, 3]], n=2, seed=1))
+seen["threads_after_generate"] = torch.get_num_threads()
+engine.close()
+seen["group_after_close"] = torch.distributed.is_initialized()
+print("PROBE " + json.dumps(seen))
+"""
+
+
+@needs_vllm
+def test_an_in_process_vllm_engine_leaves_the_trainers_threads_cores_and_generators_as_they_were(smollm2_dir):
+    """vLLM's in-process start binds its threads, makes ``torch.set_num_threads`` a no-op and seeds the global
+    generators; the trainer in the same process keeps its 1 thread (and can still change it), its cores and
+    its seeded draws; the engine samples, and its process group is gone after ``close``."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    out = subprocess.run([sys.executable, "-c", IN_PROCESS_PROBE, str(smollm2_dir)], capture_output=True, text=True,
+                         timeout=600, cwd=str(Path(__file__).resolve().parents[1]))
+    line = [x for x in out.stdout.splitlines() if x.startswith("PROBE ")]
+    assert out.returncode == 0 and line, out.stderr[-3000:]
+    seen = json.loads(line[0][len("PROBE "):])
+    draws = [random.Random(5).random(), float(np.random.RandomState(5).rand()),
+             float(torch.rand(1, generator=torch.Generator().manual_seed(5)))]
+    assert seen == {"in_process": True, "threads": 1, "cores_kept": True, "draws": draws, "threads_set": 2,
+                    "samples": 2, "threads_after_generate": 1, "group_after_close": False}
+
+
+@pytest.mark.slow  # bash scripts/test.sh -m slow tests/test_rollout_engines.py
+@needs_vllm
+def test_a_vllm_engine_in_processes_of_its_own_takes_the_push_through_the_weight_file(shipped_dir, tok):
+    """``vllm.multiprocessing: true`` (what data-parallel ranks get): the pushed tensors go through the
+    RAM-backed file and the engine then samples the updated policy, log-probs equal to the fp32 trainer's."""
+    from safetensors.torch import load_file
+
+    model = AutoModelForCausalLM.from_pretrained(shipped_dir, dtype=torch.float32).eval()
+    sampling = SamplingConfig(max_new_tokens=24, temperature=TEMPERATURE, vllm={"multiprocessing": True})
+    engine = make_rollout_engine("vllm", model, tok, sampling, str(shipped_dir))
+    try:
+        assert not engine.in_process
+        with torch.no_grad():
+            torch.manual_seed(2)
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.02)
+        engine.sync_weights(model)
+        assert sorted(load_file(engine._weights.path)) == sorted(engine.pushed) and engine.pushed
+        mean, worst = _diff(model, engine.generate(_prompts(tok), n=3, seed=1), engine.pad)
+        assert mean < 1e-4 and worst < 1e-3, (mean, worst)
+    finally:
+        engine.close()
 
 
 @pytest.mark.slow  # bash scripts/test.sh -m slow tests/test_rollout_engines.py
