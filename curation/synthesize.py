@@ -65,8 +65,8 @@ def format_filter(response: str, min_chars: int, max_chars: int) -> tuple[bool, 
 def select_verified(prompts: pl.DataFrame, results: pl.DataFrame, m: int, teacher: str,
                     sampling: dict[str, Any], seed: int, rejects: Rejects) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """SFT rows from the first ``m`` passing responses of each prompt; every other
-    response goes to ``rejects`` with its reason (the verifier's, ``unclosed_think``,
-    ``empty_answer`` or ``over_m``).
+    response goes to ``rejects`` with its reason (``not_verified: <the verifier's reason>``,
+    ``unclosed_think``, ``empty_answer`` or ``over_m``).
 
     Args:
         prompts: canonical RL rows (the prompts sampled from).
@@ -93,8 +93,8 @@ def select_verified(prompts: pl.DataFrame, results: pl.DataFrame, m: int, teache
             key = reason.split(":")[0] if reason else "unknown"
             verdicts[key] = verdicts.get(key, 0) + 1
             parts = split_reasoning(text)
-            if reward < 1.0:
-                drop(prompt, i, reason, text)
+            if reward < 1.0:  # the verifier's reason is free text: its category is the verdict
+                drop(prompt, i, f"not_verified: {reason or 'reward below 1'}", text)
                 continue
             if parts is None or not parts[1].strip():
                 drop(prompt, i, "unclosed_think" if parts is None else "empty_answer", text)

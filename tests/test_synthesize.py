@@ -62,6 +62,9 @@ def test_only_verified_responses_are_kept_and_rerun_generates_nothing(tiny_teach
     assert all("e" in r["messages"][-1]["content"] for r in rows)
     assert all(r["generator"] == "tiny" and r["messages"][-1]["role"] == "assistant" for r in rows)
     assert st["responses"] == 12 and len(rejects) == 12 - len(rows)
+    failed = 12 - sum(passing.values())  # a failed verdict's free text is the detail, not the category
+    assert rejects.counts()["toy", "not_verified"] == failed
+    assert set(rejects.counts()) <= {("toy", c) for c in ("not_verified", "over_m", "unclosed_think", "empty_answer")}
     assert st["verdicts"].get("has_e", 0) == sum(passing.values())
     assert json.loads(rows[0]["metadata"])["sampling"] == sampling if rows else True
     again, stats2 = measure(prompts.to_dicts(), sample, score, tmp_path / "cache")
