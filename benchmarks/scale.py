@@ -19,11 +19,12 @@ largest sum over the process tree seen by that poll.
 
     python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
         [--executor local|ray] [--threads N] [--code DIR]
-        [--input ingested|semdedup|decontaminated]
+        [--input ingested|dedup|semdedup|decontaminated]
         [--json docs/scale/after.json] [--keep]
 
 ``--input decontaminated`` replicates decontaminate's output instead, for the steps from ``validate``
-on (``--input semdedup``: semdedup's, from ``decontaminate`` on). Rows of fewer than four dedup tokens get no
+on (``--input semdedup``: semdedup's, from ``decontaminate`` on; ``--input dedup``: dedup's, from ``quality``
+on). Rows of fewer than four dedup tokens get no
 marker, so their copies are exact copies: in a whole chain dedup removes them, but from a replicated
 decontaminate output ``validate`` fails on them (the RL suite's unique ``text_hash``: 15 short BFCL prompts
 a copy); start at ``build`` there. ``--code DIR`` runs the steps from
@@ -177,9 +178,9 @@ def main() -> None:
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--code", type=Path, help="checkout whose code runs the steps (default: this one)")
     ap.add_argument("--json", type=Path, help="append each result as a JSON line here")
-    ap.add_argument("--input", choices=("ingested", "semdedup", "decontaminated"), default="ingested",
-                    help="the table replicated: ingest's output (every step), semdedup's (decontaminate onwards) "
-                         "or decontaminate's (validate onwards)")
+    ap.add_argument("--input", choices=("ingested", "dedup", "semdedup", "decontaminated"), default="ingested",
+                    help="the table replicated: ingest's output (every step), dedup's (quality onwards), semdedup's "
+                         "(decontaminate onwards) or decontaminate's (validate onwards)")
     ap.add_argument("--threads", type=int, help="executor.threads (default: params.yaml's)")
     ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
     ap.add_argument("--keep", action="store_true",

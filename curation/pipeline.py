@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -99,8 +100,6 @@ def step_ingest(params: PipelineParams) -> dict[str, Any]:
 def step_dedup(params: PipelineParams) -> dict[str, Any]:
     """Exact then near-duplicate removal (MinHash LSH, verified Jaccard) of the ingested rows and
     the synthesized SFT rows (``data/synthesized/sft.parquet``, appended to the ingested SFT table)."""
-    import tempfile
-
     import pyarrow.parquet as pq
 
     from common.executor import open_executor
@@ -177,13 +176,16 @@ def step_decontaminate(params: PipelineParams) -> dict[str, Any]:
 def step_validate(params: PipelineParams) -> dict[str, Any]:
     """Run the great-expectations suites, each one's result in ``data/validated/<kind>.json``; a failed
     expectation fails the step with a report."""
-    from common.executor import gather, open_executor
-    from validators.dataset import check_profile, profile
+    from common.executor import open_executor, write_frames
+    from validators.dataset import check_profile_file, profile
 
-    with open_executor(params.executor) as ex:  # the scalar profile is the map; the suite sees only it
-        profiles = {kind: gather(ex, DECONTAMINATED / f"{kind}.parquet", profile, MAP_BATCH_ROWS, {"kind": kind},
-                                 profile(_empty(kind), kind)) for kind in KINDS}
-    reports = {kind: check_profile(profiles[kind], kind, kind) for kind in KINDS}
+    reports = {}
+    with open_executor(params.executor) as ex, tempfile.TemporaryDirectory(dir=scratch(), prefix="validate-") as tmp:
+        for kind in KINDS:  # the scalar profile is the map, streamed to scratch; the suite reads only it
+            path = Path(tmp) / f"{kind}.parquet"
+            write_frames(ex.map_parquet(DECONTAMINATED / f"{kind}.parquet", profile, MAP_BATCH_ROWS, {"kind": kind}),
+                         path, profile(_empty(kind), kind).to_arrow().schema)
+            reports[kind] = check_profile_file(path, kind, kind, scratch=tmp)
     for kind, report in reports.items():
         write_json(report.as_dict(), VALIDATED / f"{kind}.json")
     rows = sum(r.rows for r in reports.values())

@@ -25,14 +25,18 @@ labelled removals having been 0.45, 0.33 and 0.73 (docs/quality.md, benchmarks/q
 from __future__ import annotations
 
 import re
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow.parquet as pq
 
-from common.executor import Executor, LocalExecutor, gather
-from common.io import Rejects, finish_step, write_parquet
+from common.executor import Executor, LocalExecutor, write_frames
+from common.io import Rejects, finish_step, parquet_batches, scratch
 from common.text import messages_column
 from curation.repetition import repetition_stats
 
@@ -44,6 +48,9 @@ INVISIBLE = " \t\n\r\f\v\u00a0\u200b\u200c\u200d\u2060\ufeff"  # whitespace and 
 _FENCE = re.compile(r"```.*?(```|\Z)", re.S)
 RESULT = {"uuid": pl.Utf8, "domain": pl.Utf8, "language": pl.Utf8, "language_score": pl.Float32,
           "answer_chars": pl.Int64, "reason": pl.Utf8}
+RESULT_ARROW = pl.DataFrame(schema=RESULT).to_arrow().schema
+LANGUAGE_ARROW = pl.DataFrame(schema={"table": pl.Utf8, "uuid": pl.Utf8, "language": pl.Utf8,
+                                      "language_score": pl.Float32}).to_arrow().schema
 
 
 @cache
@@ -123,28 +130,56 @@ def run_quality(p: QualityParams, src: Path, out: Path, root: Path = Path("."),
                 executor: Executor | None = None) -> dict[str, Any]:
     """The step over ``src/{sft,rl}.parquet``: writes ``out/{kind}.parquet`` (the kept rows, input order),
     ``out/language.parquet`` (``table``, ``uuid``, ``language``, ``language_score`` of every input row),
-    ``metrics/quality.json`` (per table and filter: rows removed; languages seen) and ``rejects/quality.parquet``."""
+    ``metrics/quality.json`` (per table and filter: rows removed; languages seen) and ``rejects/quality.parquet``.
+
+    Memory does not grow with the rows: the map's per-row results stream to the step's scratch and are read
+    back a batch at a time beside the input (the kept rows, language.parquet), the metrics are counted as
+    they go. The one exception is the opt-in ``length_outlier`` filter, whose per-domain medians hold the
+    answer lengths of the SFT rows that passed (three columns, ~60 bytes a row)."""
     from curation.kept import by_source_and_reason, write_kept
 
     ex = executor or LocalExecutor()
-    rejects, stats, languages, rows_in, rows_out = Rejects("quality"), {}, [], 0, 0
-    for kind in KINDS:
-        rows = gather(ex, src / f"{kind}.parquet", quality_batch, p.batch_rows, {"kind": kind, "p": p},
-                      pl.DataFrame(schema=RESULT))
-        languages.append(rows.select(pl.lit(kind).alias("table"), "uuid", "language", "language_score"))
-        removed = rows.filter(pl.col("reason").is_not_null()).select("uuid", "reason")
-        if kind == "sft" and p.length.enabled:
-            passed = rows.filter(pl.col("reason").is_null())
-            removed = pl.concat([removed, length_outliers(passed, p.length.max_z, p.length.min_rows)])
-        before = rejects.counts()
-        n_in, n_out = write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, removed, rejects, p.batch_rows)
-        rows_in, rows_out = rows_in + n_in, rows_out + n_out
-        top = rows.group_by("language").len().sort(["len", "language"], descending=[True, False]).head(10)
-        stats[kind] = {"rows_in": n_in, "rows_out": n_out,
-                       "removed_by_filter": dict(sorted(removed.group_by(
-                           pl.col("reason").str.extract(r"^(\w+)")).len().iter_rows())),
-                       "removed_by_source": by_source_and_reason(rejects.counts() - before),
-                       "languages": dict(top.iter_rows())}
-    write_parquet(pl.concat(languages), out / "language.parquet")
+    rejects, stats, rows_in, rows_out, results = Rejects("quality"), {}, 0, 0, {}
+    with tempfile.TemporaryDirectory(dir=scratch(), prefix="quality-") as tmp:
+        for kind in KINDS:
+            results[kind] = Path(tmp) / f"{kind}.parquet"
+            tally = _Tally()
+            write_frames(map(tally, ex.map_parquet(src / f"{kind}.parquet", quality_batch, p.batch_rows,
+                                                   {"kind": kind, "p": p})), results[kind], RESULT_ARROW)
+            outliers = None
+            if kind == "sft" and p.length.enabled:
+                passed = pl.read_parquet(results[kind], columns=["uuid", "domain", "answer_chars", "reason"])
+                outliers = length_outliers(passed.filter(pl.col("reason").is_null()), p.length.max_z,
+                                           p.length.min_rows)
+                tally.removed.update(outliers["reason"].str.extract(r"^(\w+)").to_list())
+            before = rejects.counts()
+            n_in, n_out = write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, outliers, rejects,
+                                     p.batch_rows, flags=parquet_batches(results[kind], p.batch_rows, ["reason"]))
+            rows_in, rows_out = rows_in + n_in, rows_out + n_out
+            stats[kind] = {"rows_in": n_in, "rows_out": n_out, "removed_by_filter": dict(sorted(tally.removed.items())),
+                           "removed_by_source": by_source_and_reason(rejects.counts() - before),
+                           "languages": dict(sorted(tally.languages.items(), key=lambda kv: (-kv[1], kv[0]))[:10])}
+        write_frames(_languages(results), out / "language.parquet", LANGUAGE_ARROW,
+                     chunks=[pq.ParquetFile(results[kind]).metadata.num_rows for kind in KINDS])
     return finish_step("quality", rows_in, rows_out, rejects, root=root, per_table=stats)
 
+
+class _Tally:
+    """Counts of a map's result frames as they pass: ``languages`` (rows per language) and ``removed`` (rows
+    per filter, the reason's first word)."""
+
+    def __init__(self) -> None:
+        self.languages: Counter[str] = Counter()
+        self.removed: Counter[str] = Counter()
+
+    def __call__(self, frame: pl.DataFrame) -> pl.DataFrame:
+        self.languages.update(frame["language"].to_list())
+        self.removed.update(frame["reason"].drop_nulls().str.extract(r"^(\w+)").to_list())
+        return frame
+
+
+def _languages(results: dict[str, Path]) -> Iterator[pl.DataFrame]:
+    """``language.parquet``'s rows, a batch at a time: each table's results in order, sft first."""
+    for kind in KINDS:
+        for batch in parquet_batches(results[kind], 100_000, ["uuid", "language", "language_score"]):
+            yield pl.from_arrow(batch).select(pl.lit(kind).alias("table"), "uuid", "language", "language_score")
