@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from common.executor import Executor, LocalExecutor, write_frames
 from common.io import Rejects, finish_step, parquet_batches, scratch
@@ -139,19 +138,19 @@ def run_quality(p: QualityParams, src: Path, out: Path, root: Path = Path("."),
     from curation.kept import by_source_and_reason, write_kept
 
     ex = executor or LocalExecutor()
-    rejects, stats, rows_in, rows_out, results = Rejects("quality"), {}, 0, 0, {}
+    rejects, stats, rows_in, rows_out, results, counts = Rejects("quality"), {}, 0, 0, {}, []
     with tempfile.TemporaryDirectory(dir=scratch(), prefix="quality-") as tmp:
         for kind in KINDS:
             results[kind] = Path(tmp) / f"{kind}.parquet"
             tally = _Tally()
-            write_frames(map(tally, ex.map_parquet(src / f"{kind}.parquet", quality_batch, p.batch_rows,
-                                                   {"kind": kind, "p": p})), results[kind], RESULT_ARROW)
+            frames = ex.map_parquet(src / f"{kind}.parquet", quality_batch, p.batch_rows, {"kind": kind, "p": p})
+            counts.append(write_frames(map(tally, frames), results[kind], RESULT_ARROW))  # rows: language's chunks
             outliers = None
             if kind == "sft" and p.length.enabled:
                 passed = pl.read_parquet(results[kind], columns=["uuid", "domain", "answer_chars", "reason"])
                 outliers = length_outliers(passed.filter(pl.col("reason").is_null()), p.length.max_z,
                                            p.length.min_rows)
-                tally.removed.update(outliers["reason"].str.extract(r"^(\w+)").to_list())
+                tally.count_removed(outliers["reason"])
             before = rejects.counts()
             n_in, n_out = write_kept(src / f"{kind}.parquet", out / f"{kind}.parquet", kind, outliers, rejects,
                                      p.batch_rows, flags=parquet_batches(results[kind], p.batch_rows, ["reason"]))
@@ -159,8 +158,7 @@ def run_quality(p: QualityParams, src: Path, out: Path, root: Path = Path("."),
             stats[kind] = {"rows_in": n_in, "rows_out": n_out, "removed_by_filter": dict(sorted(tally.removed.items())),
                            "removed_by_source": by_source_and_reason(rejects.counts() - before),
                            "languages": dict(sorted(tally.languages.items(), key=lambda kv: (-kv[1], kv[0]))[:10])}
-        write_frames(_languages(results), out / "language.parquet", LANGUAGE_ARROW,
-                     chunks=[pq.ParquetFile(results[kind]).metadata.num_rows for kind in KINDS])
+        write_frames(_languages(results), out / "language.parquet", LANGUAGE_ARROW, chunks=counts)
     return finish_step("quality", rows_in, rows_out, rejects, root=root, per_table=stats)
 
 
@@ -174,8 +172,12 @@ class _Tally:
 
     def __call__(self, frame: pl.DataFrame) -> pl.DataFrame:
         self.languages.update(frame["language"].to_list())
-        self.removed.update(frame["reason"].drop_nulls().str.extract(r"^(\w+)").to_list())
+        self.count_removed(frame["reason"].drop_nulls())
         return frame
+
+    def count_removed(self, reasons: pl.Series) -> None:
+        """Count non-null ``reasons`` by filter (their first word)."""
+        self.removed.update(reasons.str.extract(r"^(\w+)").to_list())
 
 
 def _languages(results: dict[str, Path]) -> Iterator[pl.DataFrame]:

@@ -128,17 +128,17 @@ def _duplicates(path: str | Path, scratch: str | Path | None) -> list[tuple[str,
     a value (rows: every row whose value repeats, as GX counts them)."""
     import duckdb
 
-    db = duckdb.connect(config={"memory_limit": DUCKDB_MEMORY, "preserve_insertion_order": False,
-                                **({"temp_directory": str(scratch)} if scratch else {})})
+    config = {"memory_limit": DUCKDB_MEMORY, "preserve_insertion_order": False,
+              **({"temp_directory": str(scratch)} if scratch else {})}
     out = []
-    for column in UNIQUE:
-        dup = pl.from_arrow(db.sql(f"""SELECT {column} AS v, count(*) AS n, min(file_row_number) AS first
-                                       FROM read_parquet($path, file_row_number = true) GROUP BY {column}
-                                       HAVING n > 1""", params={"path": str(path)}).to_arrow_table())
-        if len(dup):
-            out.append((f"expect_column_values_to_be_unique({column})", int(dup["n"].sum()),
-                        dup.sort("first")["v"].head(3).to_list()))
-    db.close()
+    with duckdb.connect(config=config) as db:
+        for column in UNIQUE:
+            dup = pl.from_arrow(db.sql(f"""SELECT {column} AS v, count(*) AS n, min(file_row_number) AS first
+                                           FROM read_parquet($path, file_row_number = true) GROUP BY {column}
+                                           HAVING n > 1""", params={"path": str(path)}).to_arrow_table())
+            if len(dup):
+                out.append((f"expect_column_values_to_be_unique({column})", int(dup["n"].sum()),
+                            dup.sort("first")["v"].head(3).to_list()))
     return out
 
 
