@@ -19,12 +19,12 @@ largest sum over the process tree seen by that poll.
 
     python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
         [--executor local|ray] [--threads N] [--code DIR]
-        [--input ingested|dedup|semdedup|decontaminated]
+        [--input ingested|dedup|semdedup|decontaminated|tokenized]
         [--json docs/scale/after.json] [--keep]
 
 ``--input decontaminated`` replicates decontaminate's output instead, for the steps from ``validate``
 on (``--input semdedup``: semdedup's, from ``decontaminate`` on; ``--input dedup``: dedup's, from ``quality``
-on). Rows of fewer than four dedup tokens get no
+on; ``--input tokenized``: tokenize's documents with new uuids, for ``pack``). Rows of fewer than four dedup tokens get no
 marker, so their copies are exact copies: in a whole chain dedup removes them, but from a replicated
 decontaminate output ``validate`` fails on them (the RL suite's unique ``text_hash``: 15 short BFCL prompts
 a copy); start at ``build`` there. ``--code DIR`` runs the steps from
@@ -56,6 +56,7 @@ from common.io import parquet_batches
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = uuid.UUID("6f1c7a52-0000-4000-8000-00000000ca5c")
+SPLITS = ("train", "validation")  # the files of --input tokenized (the others: sft, rl)
 STEPS = ("dedup", "quality", "semdedup", "decontaminate", "validate", "build", "export", "tokenize", "pack")
 CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
 SYLLABLES = [c + v for c in CONSONANTS for v in VOWELS]  # 70
@@ -98,7 +99,7 @@ def replicate(src: Path, dest: Path, copies: int, kind: str, mode: str) -> int:
                                                             for u in df["uuid"]]))
                     if kind == "sft":
                         df = df.with_columns(_messages(pl.col("messages"), copy, mode))
-                    else:
+                    elif kind == "rl":  # tokenized documents (train, validation) keep their tokens
                         df = df.with_columns(pl.col("responses_create_params").struct.with_fields(
                             _messages(pl.field("input"), copy, mode)))
                 writer.write_table(df.to_arrow().cast(schema))
@@ -178,9 +179,10 @@ def main() -> None:
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--code", type=Path, help="checkout whose code runs the steps (default: this one)")
     ap.add_argument("--json", type=Path, help="append each result as a JSON line here")
-    ap.add_argument("--input", choices=("ingested", "dedup", "semdedup", "decontaminated"), default="ingested",
+    ap.add_argument("--input", choices=("ingested", "dedup", "semdedup", "decontaminated", "tokenized"),
+                    default="ingested",
                     help="the table replicated: ingest's output (every step), dedup's (quality onwards), semdedup's "
-                         "(decontaminate onwards) or decontaminate's (validate onwards)")
+                         "(decontaminate onwards), decontaminate's (validate onwards) or tokenize's (pack)")
     ap.add_argument("--threads", type=int, help="executor.threads (default: params.yaml's)")
     ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
     ap.add_argument("--keep", action="store_true",
@@ -192,8 +194,9 @@ def main() -> None:
         try:
             (run / "data/ingested").mkdir(parents=True)
             (run / "data" / args.input).mkdir(parents=True, exist_ok=True)
+            files = SPLITS if args.input == "tokenized" else ("sft", "rl")
             rows = sum(replicate(REPO / f"data/{args.input}/{k}.parquet", run / f"data/{args.input}/{k}.parquet", scale,
-                                 k, args.mode) for k in ("sft", "rl"))
+                                 k, args.mode) for k in files)
             for name in ("sources", "assets", "decontam_index"):
                 (run / "data" / name).symlink_to(REPO / "data" / name)
             (run / "data/ingested/benchmarks.parquet").symlink_to(REPO / "data/ingested/benchmarks.parquet")

@@ -145,12 +145,28 @@ def _buckets(parts: str, lo: int, span: int, width: int, sizes: dict[int, int], 
                              batch_rows)
 
 
+def n_rows(path: str | Path) -> int:
+    """Rows of the parquet file ``path`` (its footer's count)."""
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def _spanning(path: str | Path, lo: int, hi: int) -> tuple[list[int], int]:
+    """(the row groups of ``path`` holding file positions ``lo``..``hi``, the position of the first one's
+    first row); positions past the file fall in no group (and are reported missing by the caller)."""
+    meta = pq.ParquetFile(path).metadata
+    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+    first = max(int(np.searchsorted(starts, lo, "right")) - 1, 0)
+    last = max(int(np.searchsorted(starts, hi, "right")) - 1, first)
+    return list(range(first, min(last + 1, meta.num_row_groups))), int(starts[first])
+
+
 def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray | None = None,
               columns: list[str] | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[pl.DataFrame]:
     """The rows of the parquet file ``path`` whose ``uuid`` is in ``uuids`` (or whose position in the
     file is in ``rows``, int64), in that order, as frames of at most ``batch_rows`` rows with the
-    file's columns (or ``columns``). Scratch: the step's (:func:`common.io.scratch`), else a
-    temporary directory; removed when the stream ends.
+    file's columns (or ``columns``). Positions are read only from the row groups that span them (a
+    window of a large file costs a pass over that window, not the file). Scratch: the step's
+    (:func:`common.io.scratch`), else a temporary directory; removed when the stream ends.
 
     Raises:
         ValueError: a wanted uuid or position is not in the file, or the file repeats a wanted uuid
@@ -163,6 +179,9 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
     sorted_keys = wanted.gather(order)
     names = columns or pq.ParquetFile(path).schema_arrow.names
     read = names if uuids is None or "uuid" in names else [*names, "uuid"]
+    groups, first_row = None, 0
+    if rows is not None and len(wanted):
+        groups, first_row = _spanning(path, int(sorted_keys[0]), int(sorted_keys[-1]))
     n = len(wanted)
     fan = fan_out(n)
     width = max(1, -(-n // fan))
@@ -170,8 +189,8 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
 
     def hits() -> Iterator[tuple[pl.DataFrame, int]]:  # the file's wanted rows, with their wanted position
         nonlocal found
-        first = 0
-        for batch in parquet_batches(path, batch_rows, columns=read):
+        first = first_row
+        for batch in parquet_batches(path, batch_rows, columns=read, row_groups=groups):
             frame = pl.from_arrow(batch)
             keys = frame["uuid"] if uuids is not None else pl.Series(np.arange(first, first + len(frame)))
             first += len(frame)

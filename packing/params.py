@@ -27,9 +27,12 @@ class TokenizeParams(BaseModel):
 
 class PackParams(BaseModel):
     """``params.yaml: pack``: tokens per pack, packs padded to a multiple of ``pad_to_multiple_of`` (1:
-    off), packs per parquet row group."""
+    off), packs per parquet row group, documents planned at once (``plan_documents``: a split up to that
+    size is one global best-fit-decreasing plan; a larger one is planned in windows of it, in file order,
+    so memory holds one window's plan, ~40 bytes a document)."""
 
     model_config = ConfigDict(extra="forbid")
     pack_length: int = Field(262144, ge=1)
     pad_to_multiple_of: int = Field(1, ge=1)
     packs_per_row_group: int = Field(8, ge=1)
+    plan_documents: int = Field(1 << 20, ge=1)

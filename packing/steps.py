@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.executor import Executor, LocalExecutor, write_frames
-from common.io import Rejects, atomic_path, finish_step, read_parquet
+from common.io import Rejects, atomic_path, finish_step, parquet_batches
 from common.take import take_rows
 from packing.overflow import OverflowStats, apply_overflow
 from packing.plan import plan_packs
@@ -190,15 +190,19 @@ def _documents(frames: Iterator[pl.DataFrame], rejects: Rejects, totals: dict[st
 
 
 DOC_BATCH = 256  # documents per streamed batch of pack (at most 256 x max_length tokens)
+LENGTH_EDGES = 60  # log-spaced bin edges of the document-length plot (59 bins)
 
 
 def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_dir: Path,
              plots_dir: Path, root: Path = Path(".")) -> dict[str, Any]:
-    """Pack every tokenized split with global best-fit-decreasing (params: ``pack`` section).
+    """Pack every tokenized split with best-fit-decreasing (params: ``pack`` section).
 
-    The plan is made from the documents' lengths alone; their tokens are then read in pack order
-    out of core (:func:`common.take.take_rows`), so memory holds the plan and one window of
-    documents, not the split.
+    A split is planned ``plan_documents`` documents at a time, in file order (one window, i.e. a global
+    plan, for any split up to that size): each window's plan is made from its documents' lengths alone
+    and their tokens are then read in pack order out of core (:func:`common.take.take_rows` of the window's
+    row groups). Memory holds one window's plan (~40 bytes a document) and one batch of documents, and
+    across windows only the fill of each pack (8 bytes per ``pack_length`` tokens, for the fill plot);
+    a window boundary costs at most the room left in that window's partly filled packs.
 
     Raises:
         ValueError: when ``tokenize.max_length`` exceeds ``pack_length`` (documents could not
@@ -220,36 +224,80 @@ def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_d
     lengths, fills = {}, {}
     for split in SPLITS:
         path = in_dir / f"{split}.parquet"
-        lens = read_parquet(path, ["num_tokens"]).column("num_tokens").to_numpy()
-        plan = plan_packs(lens, length, _UuidAt(path))  # uuids are read only to name a bad document
+        split_docs = _SplitDocs(path, p.plan_documents, length)
         tally = {"num_tokens": 0, "num_padding": 0, "num_supervised": 0}
-        docs = take_rows(path, rows=plan.order, columns=["uuid", "input_ids", "loss_mask"],
-                         batch_rows=DOC_BATCH)  # the tokens, in pack order
-        n = write_packs(_tally(packs_in_order(docs, plan, multiple, pad_id), tally), out_dir / f"{split}.parquet",
-                        per_group)
+        n = write_packs(_tally(split_docs.packs(multiple, pad_id), tally), out_dir / f"{split}.parquet", per_group)
         packed_tokens, padding, supervised = (tally["num_tokens"] - tally["num_padding"], tally["num_padding"],
                                               tally["num_supervised"])
-        if packed_tokens != int(lens.sum()) or n != len(plan):
-            raise AssertionError(f"pack {split}: {lens.sum()} tokens in != {packed_tokens} packed")
-        docs_total += len(lens)
-        lengths[split], fills[split] = lens, plan.fill / length
-        stats[split] = {"documents": len(lens), "tokens_in": int(lens.sum()), "tokens_packed": packed_tokens,
+        tokens, fill = split_docs.tokens, np.concatenate(split_docs.fills)
+        if packed_tokens != tokens or n != len(fill):
+            raise AssertionError(f"pack {split}: {tokens} tokens in != {packed_tokens} packed")
+        docs_total += split_docs.documents
+        lengths[split], fills[split] = split_docs.histogram, fill / length
+        stats[split] = {"documents": split_docs.documents, "tokens_in": tokens, "tokens_packed": packed_tokens,
                         "tokens_dropped": 0, "padding_tokens": padding, "supervised_tokens": supervised,
-                        "packs": n, "min_packs": plan.min_packs, "efficiency": round(plan.efficiency, 6),
-                        "max_document": int(lens.max()) if len(lens) else 0}
+                        "packs": n, "min_packs": -(-tokens // length),
+                        "efficiency": round(tokens / (n * length), 6) if n else 0.0,
+                        "max_document": split_docs.max_document}
     _plots(lengths, fills, length, plots_dir)
     return finish_step("pack", docs_total, docs_total, Rejects("pack"), root, pack_length=length,
                        pad_to_multiple_of=multiple, splits=stats)
 
 
-class _UuidAt:
-    """The ``uuid`` of a tokenized file's row by position, read when asked (an error names one document)."""
+class _SplitDocs:
+    """The documents of one tokenized split, planned and read a window at a time (:func:`run_pack`).
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    Reading its ``num_tokens`` column once on construction gives ``documents``, ``tokens`` and
+    ``max_document`` (and the document-length plot's bins); :meth:`packs` then fills ``histogram`` (counts per
+    bin of ``edges``) and ``fills`` (int64 tokens of each pack, one array a window) as the packs pass.
+    """
+
+    def __init__(self, path: Path, window: int, pack_length: int) -> None:
+        self.path, self.window, self.pack_length = path, window, pack_length
+        self.documents = self.tokens = self.max_document = 0
+        for batch in parquet_batches(path, 1 << 16, columns=["num_tokens"]):
+            lens = batch.column(0).to_numpy()
+            self.documents += len(lens)
+            self.tokens += int(lens.sum(dtype=np.int64))
+            self.max_document = max(self.max_document, int(lens.max()) if len(lens) else 0)
+        self.edges = np.geomspace(1, max(self.max_document, 2), LENGTH_EDGES)
+        self.histogram = (self.edges, np.zeros(LENGTH_EDGES - 1, np.int64))
+        self.fills: list[np.ndarray] = [np.zeros(0, np.int64)]
+
+    def _windows(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(position of the window's first document, int64 [<= window] lengths) in file order."""
+        start, parts, held = 0, [], 0
+        for batch in parquet_batches(self.path, min(self.window, 1 << 16), columns=["num_tokens"]):
+            lens = batch.column(0).to_numpy().astype(np.int64)
+            while len(lens):
+                parts.append(lens[:self.window - held])
+                held, lens = held + len(parts[-1]), lens[len(parts[-1]):]
+                if held == self.window:
+                    yield start, np.concatenate(parts)
+                    start, parts, held = start + held, [], 0
+        if held:
+            yield start, np.concatenate(parts)
+
+    def packs(self, pad_to_multiple_of: int, pad_token_id: int) -> Iterator[dict]:
+        """The pack rows of every window's best-fit-decreasing plan (:func:`packing.plan.plan_packs`), in order."""
+        for start, lens in self._windows():
+            plan = plan_packs(lens, self.pack_length, _UuidAt(self.path, start))
+            self.histogram[1][:] += np.histogram(lens, self.edges)[0]
+            self.fills.append(plan.fill)
+            docs = take_rows(self.path, rows=plan.order + start, columns=["uuid", "input_ids", "loss_mask"],
+                             batch_rows=DOC_BATCH)  # the window's tokens, in pack order
+            yield from packs_in_order(docs, plan, pad_to_multiple_of, pad_token_id)
+
+
+class _UuidAt:
+    """The ``uuid`` of a tokenized file's row by position (from ``offset``), read when asked (an error names
+    one document)."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path, self.offset = path, offset
 
     def __getitem__(self, i: int) -> str:
-        return pq.read_table(self.path, columns=["uuid"]).column("uuid")[i].as_py()
+        return pq.read_table(self.path, columns=["uuid"]).column("uuid")[self.offset + i].as_py()
 
 
 def _tally(rows: Iterator[dict], totals: dict[str, int]) -> Iterator[dict]:
@@ -260,8 +308,10 @@ def _tally(rows: Iterator[dict], totals: dict[str, int]) -> Iterator[dict]:
         yield row
 
 
-def _plots(lengths: dict[str, np.ndarray], fills: dict[str, np.ndarray], pack_length: int, out: Path) -> None:
-    """Histograms of document lengths and pack fill, as PNGs (DVC plots)."""
+def _plots(lengths: dict[str, tuple[np.ndarray, np.ndarray]], fills: dict[str, np.ndarray], pack_length: int,
+           out: Path) -> None:
+    """Histograms of document lengths (``lengths[split]``: bin edges and counts) and pack fill (``fills[split]``:
+    each pack's fraction), as PNGs (DVC plots)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,9 +321,12 @@ def _plots(lengths: dict[str, np.ndarray], fills: dict[str, np.ndarray], pack_le
                                ("pack_fill", fills, f"pack fill (fraction of {pack_length} tokens)")):
         fig, ax = plt.subplots(figsize=(7, 4))
         for split, values in data.items():
-            if len(values):
-                bins = np.geomspace(1, max(values.max(), 2), 60) if name == "doc_lengths" else 50
-                ax.hist(values, bins=bins, alpha=0.6, label=f"{split} ({len(values)})")
+            if name == "doc_lengths" and values[1].sum():  # counted a window at a time: drawn from the counts
+                edges, counts = values
+                ax.hist((edges[:-1] + edges[1:]) / 2, bins=edges, weights=counts, alpha=0.6,
+                        label=f"{split} ({counts.sum()})")
+            elif name == "pack_fill" and len(values):
+                ax.hist(values, bins=50, alpha=0.6, label=f"{split} ({len(values)})")
         if name == "doc_lengths":
             ax.set_xscale("log")
         ax.set_xlabel(xlabel)

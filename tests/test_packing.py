@@ -275,3 +275,44 @@ def test_tokenize_and_pack_steps_conserve_tokens_and_write_metrics(smollm2_dir, 
     with pytest.raises(ValueError, match=f"document {tok['uuid'][2]} has 500 tokens"):
         run_pack(PackParams(pack_length=128, pad_to_multiple_of=16, packs_per_row_group=2), tp,
                  tmp_path / "tok", tmp_path / "x", tmp_path / "plots", tmp_path)
+
+
+def test_a_split_larger_than_plan_documents_is_planned_window_by_window_in_file_order(smollm2_dir, tmp_path):
+    import pyarrow as pa
+
+    from packing.params import PackParams, TokenizeParams
+    from packing.steps import TOKENIZED_SCHEMA, run_pack
+
+    rng = np.random.default_rng(3)
+    lens = rng.integers(1, 100, 23)
+    ids = [rng.integers(0, 1000, n).astype(np.int32) for n in lens]
+    table = pa.table({"uuid": [f"d{i:02d}" for i in range(23)], "source": ["s"] * 23, "input_ids": ids,
+                      "loss_mask": [np.ones(n, np.int8) for n in lens], "num_tokens": lens.astype(np.int32),
+                      "num_supervised": lens.astype(np.int32)}, schema=TOKENIZED_SCHEMA)
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    pq.write_table(table, tok / "train.parquet", row_group_size=4)
+    pq.write_table(table.slice(0, 0), tok / "validation.parquet")
+    tp = TokenizeParams(tokenizer=str(smollm2_dir), max_length=128)
+
+    def packed(window):
+        m = run_pack(PackParams(pack_length=128, packs_per_row_group=2, plan_documents=window), tp, tok,
+                     tmp_path / f"packed{window}", tmp_path / "plots", tmp_path)
+        return m["splits"]["train"], pq.read_table(tmp_path / f"packed{window}" / "train.parquet")["uuids"].to_pylist()
+
+    stats, packs = packed(5)  # windows of documents 0-4, 5-9, ..., 20-22
+    expected = []
+    for start in range(0, 23, 5):
+        plan = plan_packs(lens[start:start + 5], 128)
+        expected += [[f"d{start + d:02d}" for d in docs] for docs in plan.packs]
+    assert packs == expected and stats["packs"] == len(expected)
+    assert stats["tokens_in"] == stats["tokens_packed"] == int(lens.sum()) and stats["documents"] == 23
+    assert stats["min_packs"] == -(-int(lens.sum()) // 128) and stats["max_document"] == int(lens.max())
+    stats, packs = packed(23)  # one window: the global plan
+    assert packs == [[f"d{d:02d}" for d in docs] for docs in plan_packs(lens, 128).packs]
+    assert stats["efficiency"] == round(int(lens.sum()) / (len(packs) * 128), 6)
+    # an overlong document of a later window is named by its own uuid
+    pq.write_table(table.set_column(4, "num_tokens", pa.array(np.where(np.arange(23) == 12, 500, lens), pa.int32())),
+                   tok / "train.parquet", row_group_size=4)
+    with pytest.raises(ValueError, match="document d12 has 500 tokens"):
+        packed(5)

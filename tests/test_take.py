@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from common import take
 from common.executor import write_frames
 from common.io import write_parquet
 from common.take import fan_out, matches, member, take_rows
@@ -38,6 +39,23 @@ def test_rows_come_back_in_the_asked_order_with_every_column(tmp_path, monkeypat
     assert got["uuid"].to_list() == want.to_list()
     assert got.to_dicts() == [df.filter(pl.col("uuid") == u).to_dicts()[0] for u in want]
     assert by_row["uuid"].to_list() == ["u0321", "u0007", "u0499"] and by_row.columns == ["uuid"]
+
+
+def test_positions_are_read_from_the_row_groups_that_span_them_only(tmp_path, monkeypatch):
+    df = _table(500)
+    df.write_parquet(tmp_path / "t.parquet", row_group_size=64)  # groups start at 0, 64, 128, 192, ...
+    read = []
+    real = take.parquet_batches
+    monkeypatch.setattr(take, "parquet_batches", lambda *a, **k: read.append(k["row_groups"]) or real(*a, **k))
+    got = pl.concat(take_rows(tmp_path / "t.parquet", rows=np.array([150, 130, 191, 128]), batch_rows=7))
+    assert read == [[2]] and got["uuid"].to_list() == ["u0150", "u0130", "u0191", "u0128"]
+    assert got.to_dicts() == df[[150, 130, 191, 128]].to_dicts()
+    got = pl.concat(take_rows(tmp_path / "t.parquet", rows=np.array([499, 63]), columns=["uuid"]))
+    assert read[-1] == list(range(8)) and got["uuid"].to_list() == ["u0499", "u0063"]
+    with pytest.raises(ValueError, match="2 rows asked for, 1 match"):  # past the file: not silently dropped
+        list(take_rows(tmp_path / "t.parquet", rows=np.array([499, 500])))
+    with pytest.raises(ValueError, match="2 rows asked for, 1 match"):
+        list(take_rows(tmp_path / "t.parquet", rows=np.array([-1, 3])))
 
 
 def test_a_key_asked_twice_comes_back_twice_and_hits_are_written_in_runs_not_per_batch(tmp_path, monkeypatch):
