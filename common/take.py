@@ -24,7 +24,7 @@ every row is written once per pass (one pass up to ``FAN_OUT`` x ``WINDOW_ROWS``
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -182,10 +182,7 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
     groups, first_row = None, 0
     if rows is not None and len(wanted):
         groups, first_row = _spanning(path, int(sorted_keys[0]), int(sorted_keys[-1]))
-    n = len(wanted)
-    fan = fan_out(n)
-    width = max(1, -(-n // fan))
-    found = 0
+    n, found = len(wanted), 0
 
     def hits() -> Iterator[tuple[pl.DataFrame, int]]:  # the file's wanted rows, with their wanted position
         nonlocal found
@@ -199,8 +196,87 @@ def take_rows(path: str | Path, uuids: pl.Series | None = None, rows: np.ndarray
                 found += len(at)  # the hits' strings are views into the batch's buffers: they keep it alive
                 yield frame[at].with_columns(pl.Series("_pos", order[idx])), batch.nbytes
 
+    yield from _take(path, hits(), n, names, batch_rows, lambda: found)
+
+
+def _take(path: str | Path, hits: Iterator[tuple[pl.DataFrame, int]], n: int, names: list[str], batch_rows: int,
+          found: Callable[[], int]) -> Iterator[pl.DataFrame]:
+    """The ``n`` rows of ``hits`` (each with ``_pos``, its place in the output) in order, through buckets in a
+    scratch directory; raises ValueError when ``found()`` after the pass is not ``n``."""
+    width = max(1, -(-n // fan_out(n)))
     with tempfile.TemporaryDirectory(dir=scratch(), prefix="take-") as parts:
-        sizes = _scatter(hits(), 0, width, names, parts)
-        if found != n:
-            raise ValueError(f"{path}: {n} rows asked for, {found} match (missing or repeated keys)")
+        sizes = _scatter(hits, 0, width, names, parts)
+        if found() != n:
+            raise ValueError(f"{path}: {n} rows asked for, {found()} match (missing or repeated keys)")
         yield from _buckets(parts, 0, n, width, sizes, names, batch_rows)
+
+
+def take_plan(path: str | Path, plan: str | Path, columns: list[str] | None = None,
+              batch_rows: int = BATCH_ROWS) -> Iterator[pl.DataFrame]:
+    """Rows of the parquet file ``path`` placed by the parquet file ``plan``, with no per-row state in
+    memory (:func:`take_rows` holds the wanted positions): ``plan`` has ``pos`` (int64 positions in
+    ``path``, ascending: a row wanted twice is listed twice), ``out`` (int64 place of each in the output, a
+    permutation of 0..n-1) and optionally other columns, appended to the rows taken. Yields frames of at
+    most ``batch_rows`` rows in ``out`` order with the file's columns (or ``columns``), then the plan's
+    others. Both files are read a batch at a time, side by side (e.g. a plan a DuckDB ``COPY ... ORDER BY
+    pos`` wrote under its memory limit).
+
+    Raises:
+        ValueError: ``plan`` lacks ``pos`` or ``out``, its positions are not ascending, a position is not in
+            the file, or ``out`` is not a permutation (a row would be lost or doubled).
+    """
+    names = columns or pq.ParquetFile(path).schema_arrow.names
+    plan_names = pq.ParquetFile(plan).schema_arrow.names
+    if not {"pos", "out"} <= set(plan_names):
+        raise ValueError(f"take plan {plan}: needs columns pos and out, has {plan_names}")
+    extra = [c for c in plan_names if c not in ("pos", "out")]
+    n, found = n_rows(plan), 0
+
+    def hits() -> Iterator[tuple[pl.DataFrame, int]]:
+        nonlocal found
+        cursor = _PlanCursor(plan)
+        first = 0
+        for batch in parquet_batches(path, batch_rows, columns=names):
+            frame = pl.from_arrow(batch)
+            wanted = cursor.before(first + len(frame))
+            if len(wanted):
+                found += len(wanted)
+                at = wanted["pos"].to_numpy() - first
+                if at[0] < 0:
+                    raise ValueError(f"take plan {plan}: position {at[0] + first} is not in {path}")
+                yield (frame[at].with_columns(wanted.select(*extra, _pos="out")), batch.nbytes)
+            first += len(frame)
+
+    yield from _take(path, hits(), n, [*names, *extra], batch_rows, lambda: found)
+
+
+class _PlanCursor:
+    """A take plan's rows read in order, handed out by position (:meth:`before`)."""
+
+    def __init__(self, plan: str | Path) -> None:
+        self.plan, self.batches, self.held, self.last = plan, parquet_batches(plan, BATCH_ROWS), None, -1
+
+    def before(self, end: int) -> pl.DataFrame:
+        """The plan rows with ``pos < end`` not handed out yet (``end`` grows from call to call).
+
+        Raises:
+            ValueError: the positions are not ascending.
+        """
+        parts = []
+        while True:
+            if self.held is None:
+                batch = next(self.batches, None)
+                if batch is None:
+                    break
+                self.held = pl.from_arrow(batch)
+                pos = self.held["pos"]
+                if len(pos) and (pos[0] < self.last or not pos.is_sorted()):
+                    raise ValueError(f"take plan {self.plan}: pos is not ascending")
+                self.last = pos[-1] if len(pos) else self.last
+            cut = int(self.held["pos"].search_sorted(end, "left"))
+            parts.append(self.held.head(cut))
+            if cut < len(self.held):
+                self.held = self.held.slice(cut)
+                break
+            self.held = None
+        return pl.concat(parts) if parts else pl.DataFrame()

@@ -55,15 +55,16 @@ def contract_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
     return rank_batch(df, seed).with_columns(pl.Series(CONTRACT, reasons, dtype=pl.String))
 
 
-KEYS = ("source", "domain", "_rank")  # what build_sets decides on: the rows follow by position in the file
+KEYS = ("source", "domain", "_rank")  # what build decides on: the rows follow by position in the file
 
 
 def key_batch(df: pl.DataFrame, seed: int, kind: str) -> pl.DataFrame:
     """The map of ``build`` over a ``kind`` table: :data:`KEYS` of each row (and ``agent_ref`` and
-    :data:`CONTRACT` for RL rows, :func:`contract_batch`), strings as categoricals: the driver holds ~25
-    bytes a row (plus the row's position it adds), not the rows."""
-    keys = contract_batch(df, seed).select(*KEYS, "agent_ref", CONTRACT) if kind == "rl" else rank_batch(df, seed)
-    return keys.select(pl.col(pl.String).cast(pl.Categorical), "_rank")
+    :data:`CONTRACT` for RL rows, :func:`contract_batch`), strings as categoricals (the step writes them to
+    scratch: :func:`curation.build_plan.key_frames`)."""
+    keys = (contract_batch(df, seed).select(*KEYS, "agent_ref", CONTRACT) if kind == "rl"
+            else rank_batch(df, seed).select(KEYS))
+    return keys.with_columns(pl.col(pl.String).cast(pl.Categorical))
 
 
 def drop_broken(rl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -84,6 +85,26 @@ def _rank(df: pl.DataFrame, seed: int) -> tuple[pl.DataFrame, list[str]]:
     return rank_batch(df, seed).sort("_rank"), ["_rank"]
 
 
+def group_counts(rows: int, validation_rows: int, max_rows: int | None, max_fraction: float) -> tuple[int, int]:
+    """(rows kept, of which validation) of a group of ``rows``: ``max_rows`` bounds train + validation and
+    validation takes at most ``validation_rows`` and ``max_fraction`` of the kept rows (:func:`split_group`;
+    the out-of-core build, :mod:`curation.build_plan`, applies the same counts to its ranks)."""
+    keep = rows if max_rows is None else min(max_rows, rows)
+    return keep, min(validation_rows, int(keep * max_fraction))
+
+
+def mix_counts(want: int, train_rows: int, validation_rows: int) -> tuple[int, int]:
+    """(train, validation) rows a mix draws from a domain set of ``train_rows`` / ``validation_rows`` rows for
+    ``want`` train rows: all it has up to ``want``, and validation rows in the same proportion (:func:`draw_mix`)."""
+    return min(want, train_rows), min(round(validation_rows * want / max(train_rows, 1)), validation_rows)
+
+
+def check_weights(weights: dict[str, float]) -> None:
+    """Raises ValueError when a mix's ``weights`` do not sum to 1."""
+    if abs(sum(weights.values()) - 1.0) > 1e-6:
+        raise ValueError(f"mix weights {weights} sum to {sum(weights.values())}, not 1")
+
+
 def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
                 seed: int, max_fraction: float = 0.1) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Split one group into (train, validation, capped) by the seeded rank.
@@ -93,9 +114,8 @@ def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
     columns (a ``_rank`` it lacked is computed and not returned).
     """
     ranked, extra = _rank(df, seed)
-    keep = ranked if max_rows is None else ranked.head(max_rows)
-    capped = ranked.slice(len(keep)).drop(extra)
-    n_val = min(validation_rows, int(len(keep) * max_fraction))
+    n_keep, n_val = group_counts(len(ranked), validation_rows, max_rows, max_fraction)
+    keep, capped = ranked.head(n_keep), ranked.slice(n_keep).drop(extra)
     return keep.slice(n_val).drop(extra), keep.head(n_val).drop(extra), capped
 
 
@@ -157,8 +177,7 @@ def draw_mix(sets: dict[str, dict[str, pl.DataFrame]], weights: dict[str, float]
     Raises:
         ValueError: when the weights do not sum to 1.
     """
-    if abs(sum(weights.values()) - 1.0) > 1e-6:
-        raise ValueError(f"mix weights {weights} sum to {sum(weights.values())}, not 1")
+    check_weights(weights)
     splits: dict[str, list[pl.DataFrame]] = {"train": [], "validation": []}
     stats: dict[str, Any] = {}
     for domain, w in weights.items():
@@ -167,9 +186,9 @@ def draw_mix(sets: dict[str, dict[str, pl.DataFrame]], weights: dict[str, float]
             stats[domain] = {"wanted": want, "train": 0, "validation": 0, "shortfall": want, "no_set": True}
             continue
         src = sets[f"rl/{domain}"]
+        n_train, n_val = mix_counts(want, len(src["train"]), len(src["validation"]))
         ranked, extra = _rank(src["train"], seed)
-        train = ranked.head(want).drop(extra)
-        n_val = round(len(src["validation"]) * want / max(len(src["train"]), 1))
+        train = ranked.head(n_train).drop(extra)
         ranked, extra = _rank(src["validation"], seed)
         val = ranked.head(n_val).drop(extra)
         splits["train"].append(train)

@@ -67,7 +67,6 @@ def _empty(kind: str) -> pl.DataFrame:
 
 
 MAP_BATCH_ROWS = 10_000  # rows per map batch of build and export (cheap per-row maps)
-ROW = "_row"  # build's keys: the row's position in its decontaminated file (what the sets are read back by)
 
 
 def step_fetch(params: PipelineParams) -> dict[str, Any]:
@@ -201,44 +200,37 @@ def step_build(params: PipelineParams) -> dict[str, Any]:
     """Build the SFT mix, one RL set per domain and the stage mixes, with validation splits. An RL row
     that breaks its verifier's contract (:func:`curation.build.contract_reason`) is rejected, not built.
 
-    The executor maps each row to its keys (source, domain, seeded rank; the RL contract check); the
-    splits, caps and mixes are decided on the keys and each row's position in its file, and each set's rows
-    are then read in their order out of core (:func:`common.take.take_rows`), so memory holds keys, not
-    tables."""
-    from common.executor import gather, open_executor, write_frames
-    from common.take import take_rows
-    from curation.build import build_sets, drop_broken, key_batch
+    The executor maps each row to its keys (source, domain, seeded rank; the RL contract check), written to
+    scratch with the row's position; the splits, caps and mixes are decided on them in DuckDB
+    (:func:`curation.build_plan.plan_build`) and each set's rows are then read in their order out of core
+    (:func:`common.take.take_plan`), so memory holds neither the rows nor their keys."""
+    from common.executor import open_executor, write_frames
+    from common.spill import spill_db
+    from common.take import take_plan
+    from curation.build import key_batch
+    from curation.build_plan import key_frames, key_schema, plan_build
 
     seed = params.build.seed
     src = {k: DECONTAMINATED / f"{k}.parquet" for k in KINDS}
-    with open_executor(params.executor) as ex:  # the seeded rank of each row (and the RL rows' verifier
-        # contract) is the map; the splits are global
-        sft, rl = (gather(ex, src[k], key_batch, MAP_BATCH_ROWS, {"seed": seed, "kind": k},
-                          key_batch(_empty(k), seed, k)).with_row_index(ROW) for k in KINDS)
-    rows_in = len(sft) + len(rl)
-    rl, broken = drop_broken(rl)
-    sets, capped, stats = build_sets(sft, rl, params.build)
-    rejects = Rejects("build")
-    out_rows = 0
-    mixes = {f"rl/{m}" for m in stats["mixes"]}
-
-    def reject(kind: str, keys: pl.DataFrame) -> None:  # the whole rows of rejected keys, streamed with reasons
-        at = 0
-        for frame in take_rows(src[kind], rows=keys[ROW].to_numpy()):
-            rejects.extend_frame(frame.with_columns(keys["reason"].slice(at, len(frame))))
-            at += len(frame)
-
-    reject("rl", broken)
-    for frame in capped:
-        reject("sft" if frame["reason"][0].startswith("mix_cap: sft ") else "rl", frame)
-    for name, splits in sets.items():
-        kind = name.split("/")[0]
-        for split, df in splits.items():
-            write_frames(take_rows(src[kind], rows=df[ROW].to_numpy()), SETS / name / f"{split}.parquet",
-                         SCHEMAS[kind], df[ROW].chunk_lengths())  # a set concatenates groups: their chunks, as before
-            out_rows += 0 if name in mixes else len(df)  # mixes re-draw rows of the domain sets
-    by_verifier = dict(sorted(broken.group_by("agent_ref").len().iter_rows())) if len(broken) else {}
-    return finish_step("build", rows_in, out_rows, rejects, contract_rejects_by_verifier=by_verifier, **stats)
+    with tempfile.TemporaryDirectory(dir=scratch() or SETS.parent, prefix=".build-") as tmp, spill_db() as db:
+        work = Path(tmp)
+        with open_executor(params.executor) as ex:  # the seeded rank of each row (and the RL rows' verifier
+            # contract) is the map; the splits are global
+            for k in KINDS:
+                write_frames(key_frames(ex.map_parquet(src[k], key_batch, MAP_BATCH_ROWS, {"seed": seed, "kind": k})),
+                             work / f"keys_{k}.parquet", key_schema(k))
+        plan = plan_build({k: work / f"keys_{k}.parquet" for k in KINDS}, params.build, work, db)
+        rejects = Rejects("build")
+        for take in plan.rejects:  # each output's whole rows, streamed
+            for frame in take_plan(src[take.kind], take.plan):
+                rejects.extend_frame(frame)
+        for name, splits in plan.sets.items():
+            for split, take in splits.items():
+                write_frames(take_plan(src[take.kind], take.plan), SETS / name / f"{split}.parquet",
+                             SCHEMAS[take.kind], take.chunks)  # a set concatenates groups: their chunks, as before
+    out_rows = sum(t.rows for name, splits in plan.sets.items() if name in plan.stats["sets"] for t in splits.values())
+    return finish_step("build", plan.rows_in, out_rows, rejects, contract_rejects_by_verifier=plan.by_verifier,
+                       **plan.stats)
 
 
 def sampling_config(p: SamplingParams) -> dict[str, Any]:

@@ -202,3 +202,30 @@ def test_member_and_matches_equal_polars_is_in_and_an_inner_join():
     got = pl.concat([frame[at], r.drop("uuid")[idx]], how="horizontal")
     want = frame.join(removed, on="uuid", how="inner", maintain_order="left_right")
     assert got.equals(want) and got.filter(pl.col("uuid") == "u000007").height == 2  # a key wanted twice: twice
+
+
+def test_a_plan_file_places_rows_with_its_columns_and_bad_plans_are_errors(tmp_path, monkeypatch):
+    from common.take import take_plan
+
+    monkeypatch.setattr("common.take.WINDOW_ROWS", 3)  # several buckets
+    monkeypatch.setattr("common.take.BATCH_ROWS", 4)  # the plan read in several batches
+    df = _table(50)
+    df.write_parquet(tmp_path / "t.parquet", row_group_size=8)
+    pos = [2, 5, 5, 9, 17, 30, 31, 49]  # ascending, 5 twice
+    out = [3, 0, 7, 1, 6, 2, 5, 4]
+    plan = pl.DataFrame({"pos": pos, "out": out, "reason": [f"r{p}" for p in pos]})
+    plan.write_parquet(tmp_path / "plan.parquet")
+    got = pl.concat(take_plan(tmp_path / "t.parquet", tmp_path / "plan.parquet", ["uuid", "input_ids"], batch_rows=3))
+    by_out = sorted(zip(out, pos, strict=True))
+    assert got["uuid"].to_list() == [f"u{p:04d}" for _, p in by_out]
+    assert got["reason"].to_list() == [f"r{p}" for _, p in by_out] and got.columns == ["uuid", "input_ids", "reason"]
+    assert got["input_ids"].to_list() == [df["input_ids"][p].to_list() for _, p in by_out]
+    bad = {"unsorted": (plan.reverse(), "pos is not ascending"), "past": (plan.with_columns(pos=pl.col("pos") + 1),
+                                                                          "8 rows asked for, 7 match"),
+           "negative": (plan.with_columns(pos=pl.col("pos") - 3), "position -1 is not in"),
+           "twice": (plan.with_columns(out=pl.col("out").clip(0, 6)), "missing or repeated"),
+           "columns": (plan.rename({"out": "o"}), "needs columns pos and out")}
+    for name, (frame, message) in bad.items():
+        frame.write_parquet(tmp_path / f"{name}.parquet")
+        with pytest.raises(ValueError, match=message):
+            list(take_plan(tmp_path / "t.parquet", tmp_path / f"{name}.parquet"))

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from common.spill import spill_db
 from common.text import messages_column, text_hashes
 from corpora.schema import SFT_DOMAINS, rl_domains
 
@@ -45,7 +46,6 @@ def profile(df: pl.DataFrame, kind: str) -> pl.DataFrame:
 
 UNIQUE = ("uuid", "text_hash")  # the profile's columns whose values are unique over the whole table
 CHUNK_ROWS = 250_000  # profile rows validated at once by check_profile_file (~150 bytes a row in polars)
-DUCKDB_MEMORY = "512MB"  # the uniqueness checks' memory limit: past it DuckDB's GROUP BY spills to disk
 
 
 def _suite(kind: str, unique: bool = True) -> list[Any]:
@@ -126,12 +126,8 @@ def _line(name: str, count: int, examples: list[Any], rows: int) -> str:
 def _duplicates(path: str | Path, scratch: str | Path | None) -> list[tuple[str, int, list[Any]]]:
     """``(expectation, rows, first duplicated values)`` for each :data:`UNIQUE` column of ``path`` that repeats
     a value (rows: every row whose value repeats, as GX counts them)."""
-    import duckdb
-
-    config = {"memory_limit": DUCKDB_MEMORY, "preserve_insertion_order": False,
-              **({"temp_directory": str(scratch)} if scratch else {})}
     out = []
-    with duckdb.connect(config=config) as db:
+    with spill_db(ordered=False, temp=scratch) as db:
         for column in UNIQUE:
             dup = pl.from_arrow(db.sql(f"""SELECT {column} AS v, count(*) AS n, min(file_row_number) AS first
                                            FROM read_parquet($path, file_row_number = true) GROUP BY {column}
