@@ -19,6 +19,9 @@ hold: a random take of 12.8M small rows took 9.2x the CPU of 3.2M (``benchmarks/
 1.5M row groups; with at most ``FAN_OUT`` buckets a pass writes at most n / WINDOW_ROWS x FAN_OUT, and
 every row is written once per pass (one pass up to ``FAN_OUT`` x ``WINDOW_ROWS`` rows, two up to
 ``FAN_OUT``^2 x ``WINDOW_ROWS``).
+
+:func:`take_rows` holds the wanted keys (~24 bytes a row wanted); :func:`take_plan` reads them from a plan
+file sorted by position beside the input, so nothing in memory grows with the rows (build's sets).
 """
 
 from __future__ import annotations

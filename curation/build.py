@@ -10,6 +10,10 @@ order of the hex digest); the first
 caps (``max_rows``) keep the lowest-ranked rows. Rows a cap leaves out are
 rejected with reason ``mix_cap`` so the counts balance. RL sets exist only for
 domains that have rows (no empty placeholder sets).
+
+:func:`build_sets` decides on frames in memory; the ``build`` step decides the same out of core on its keys
+(:mod:`curation.build_plan`, with this module's :func:`group_counts`, :func:`mix_counts` and
+:func:`check_weights`).
 """
 
 from __future__ import annotations

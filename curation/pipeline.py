@@ -433,7 +433,7 @@ def step_tokenize(params: PipelineParams) -> dict[str, Any]:
 
 
 def step_pack(params: PipelineParams) -> dict[str, Any]:
-    """Pack the tokenized SFT sets into pack_length rows (global best-fit-decreasing)."""
+    """Pack the tokenized SFT sets into pack_length rows (best-fit-decreasing, global up to `pack.plan_documents`)."""
     from packing.steps import run_pack
 
     return run_pack(params.pack, params.tokenize, TOKENIZED, PACKED, Path("plots/pack"))
