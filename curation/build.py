@@ -71,15 +71,6 @@ def key_batch(df: pl.DataFrame, seed: int, kind: str) -> pl.DataFrame:
     return keys.with_columns(pl.col(pl.String).cast(pl.Categorical))
 
 
-def drop_broken(rl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(rows meeting their verifier's contract, without :data:`CONTRACT`; the others, with their
-    ``reason`` and without ``_rank``): what ``build`` keeps and what it rejects."""
-    broken = rl[CONTRACT].is_not_null()
-    return (rl.filter(~broken).drop(CONTRACT),
-            rl.filter(broken).drop("_rank", strict=False).rename({CONTRACT: "reason"})
-            .with_columns(pl.col("reason").cast(pl.String)))
-
-
 def _rank(df: pl.DataFrame, seed: int) -> tuple[pl.DataFrame, list[str]]:
     """``df`` sorted by its seeded rank (the ``_rank`` column of :func:`rank_batch`, computed when absent),
     and the columns to drop from what is made of it: ``_rank`` when it was computed here (a given one is kept,

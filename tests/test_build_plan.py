@@ -8,7 +8,7 @@ import pytest
 from common.io import write_parquet
 from common.spill import spill_db
 from common.take import take_plan
-from curation.build import build_sets, drop_broken, key_batch
+from curation.build import CONTRACT, build_sets, key_batch
 from curation.build_plan import key_frames, key_schema, plan_build
 from curation.params import BuildParams
 from tests.rows import rl_table, sft_table
@@ -49,8 +49,9 @@ def test_the_out_of_core_build_places_every_row_as_the_in_memory_build(tmp_path)
     sft, rl = _tables()
     params = BuildParams.model_validate(PARAMS)
     plan, sets, rejects = _out_of_core(sft, rl, params, tmp_path)
-    kept, broken = drop_broken(key_batch(rl, params.seed, "rl").with_columns(rl["uuid"]))
-    expected, capped, stats = build_sets(sft, kept.select("uuid").join(rl, on="uuid", maintain_order="left"), params)
+    reasons = key_batch(rl, params.seed, "rl")[CONTRACT].cast(pl.String)
+    broken = rl.filter(reasons.is_not_null()).with_columns(reason=reasons.drop_nulls())
+    expected, capped, stats = build_sets(sft, rl.filter(reasons.is_null()), params)
     assert list(sets) == list(expected) == ["sft", "rl/code", "rl/if", "rl/math", "rl/m"]
     for name, splits in expected.items():
         for split, df in splits.items():
