@@ -135,7 +135,7 @@ def plan_build(keys: dict[str, Path], params: BuildParams, work: Path, db: Any) 
     for name, splits in spans.items():
         plan.sets[name] = {split: _take(db, work, f"{name}/{split}", s) for split, s in splits.items()}
     plan.rejects.append(_broken(db, work, keys["rl"]))
-    plan.rejects += [_take(db, work, f"capped/{g.name}", [(g, g.keep, g.rows)],
+    plan.rejects += [_take(db, work, f"capped/{g.kind}-{g.gid}", [(g, g.keep, g.rows)],  # a plan per group
                            f"mix_cap: {g.name} cap {g.keep}") for g in groups if g.rows > g.keep]
     verifiers = _query(db, f"SELECT agent_ref, count(*) FROM read_parquet($keys) WHERE {CONTRACT} IS NOT NULL "
                            "GROUP BY ALL", {"keys": str(keys["rl"])})

@@ -14,7 +14,7 @@ from curation.params import BuildParams
 from tests.rows import rl_table, sft_table
 
 PARAMS = {"seed": 5, "sft_validation_rows": 3, "rl_validation_rows": 4, "rl_validation_fraction": 0.3,
-          "sft_max_rows_per_source": {"a_src": 20}, "rl_max_rows_per_domain": {"code": 9},
+          "sft_max_rows_per_source": {"a_src": 20, "m_src": 25}, "rl_max_rows_per_domain": {"code": 9},
           "mixes": {"m": {"total": 30, "weights": {"math": 0.5, "code": 0.3, "swe": 0.2}}}}
 
 
@@ -58,15 +58,16 @@ def test_the_out_of_core_build_places_every_row_as_the_in_memory_build(tmp_path)
             assert sets[name][split]["uuid"].to_list() == df["uuid"].to_list(), (name, split)
             assert plan.sets[name][split].rows == len(df)
     assert plan.stats == stats and stats["mixes"]["m"]["swe"]["no_set"]
-    # per source, first seen first: z 30 rows, a 20 of 55 (its cap), m 30; validation 3, at most a tenth
-    assert plan.sets["sft"]["train"].chunks == [27, 18, 27] and plan.sets["sft"]["validation"].chunks == [3, 2, 3]
+    # per source, first seen first: z 30 rows, a 20 of 55 and m 25 of 30 (their caps); validation 3, at most a tenth
+    assert plan.sets["sft"]["train"].chunks == [27, 18, 23] and plan.sets["sft"]["validation"].chunks == [3, 2, 2]
     assert plan.rows_in == len(sft) + len(rl) and plan.by_verifier == {"math": 7}
     # rejects: the contract breakers in file order, then each capped group in rank order
     assert rejects[0]["uuid"].to_list() == broken["uuid"].to_list() and len(rejects) == 1 + len(capped)
     assert rejects[0]["reason"].to_list() == broken["reason"].to_list()
     for got, want in zip(rejects[1:], capped, strict=True):
         assert got.to_dicts() == want.to_dicts()  # whole rows, in rank order, with their reason
-    assert [c["reason"][0] for c in rejects[1:]] == ["mix_cap: sft cap 20", "mix_cap: rl/code cap 9"]
+    assert [c["reason"][0] for c in rejects[1:]] == ["mix_cap: sft cap 20", "mix_cap: sft cap 25", "mix_cap: rl/code cap 9"]
+    assert [len(c) for c in rejects[1:]] == [35, 5, 12]  # every capped row once: two SFT groups, one RL (21 - 9)
 
 
 def test_a_mix_whose_weights_do_not_sum_to_one_is_refused(tmp_path):
