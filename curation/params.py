@@ -234,6 +234,16 @@ class BuildParams(Block):
     rl_max_rows_per_domain: dict[str, int] = {}
     mixes: dict[str, MixParams] = {}
 
+    @field_validator("mixes")
+    @classmethod
+    def _not_a_domain(cls, mixes: dict[str, MixParams]) -> dict[str, MixParams]:
+        """A mix is written as the set ``rl/<name>``: a domain's name would replace that domain's set."""
+        taken = sorted(set(mixes) & set(rl_domains()))
+        if taken:
+            raise ValueError(f"mix name(s) {taken} are RL domains: their sets data/sets/rl/<name> would be "
+                             f"replaced by the mix; rename the mix")
+        return mixes
+
 
 class SamplingParams(Block):
     """The sampling knobs shared by synthesis and difficulty filtering."""

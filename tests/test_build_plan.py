@@ -2,15 +2,18 @@
 in-memory build (curation/build.py build_sets) decides: the same rows in the same order in every set, split
 and mix, the same stats and the same rejects in the same order."""
 
+from pathlib import Path
+
 import polars as pl
 import pytest
+import yaml
 
 from common.io import write_parquet
 from common.spill import spill_db
 from common.take import take_plan
 from curation.build import CONTRACT, build_sets, key_batch
 from curation.build_plan import key_frames, key_schema, plan_build
-from curation.params import BuildParams
+from curation.params import BuildParams, check_params
 from tests.rows import rl_table, sft_table
 
 PARAMS = {"seed": 5, "sft_validation_rows": 3, "rl_validation_rows": 4, "rl_validation_fraction": 0.3,
@@ -75,3 +78,12 @@ def test_a_mix_whose_weights_do_not_sum_to_one_is_refused(tmp_path):
     params = BuildParams.model_validate({**PARAMS, "mixes": {"m": {"total": 10, "weights": {"math": 0.7}}}})
     with pytest.raises(ValueError, match="sum to 0.7"):
         _out_of_core(sft, rl, params, tmp_path)
+
+
+def test_a_mix_named_like_a_domain_is_refused_naming_the_key():
+    params = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
+    params["build"]["mixes"]["math"] = {"total": 10, "weights": {"math": 1.0}}
+    with pytest.raises(ValueError, match=r"params.yaml build.mixes: .*\['math'\] are RL domains"):
+        check_params(params)
+    del params["build"]["mixes"]["math"]
+    assert list(check_params(params).build.mixes) == ["multi_domain", "mopd"]
