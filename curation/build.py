@@ -12,8 +12,7 @@ rejected with reason ``mix_cap`` so the counts balance. RL sets exist only for
 domains that have rows (no empty placeholder sets).
 
 :func:`build_sets` decides on frames in memory; the ``build`` step decides the same out of core on its keys
-(:mod:`curation.build_plan`, with this module's :func:`group_counts`, :func:`mix_counts` and
-:func:`check_weights`).
+(:mod:`curation.build_plan`, with this module's :func:`group_counts` and :func:`mix_draws`).
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ def contract_batch(df: pl.DataFrame, seed: int) -> pl.DataFrame:
     return rank_batch(df, seed).with_columns(pl.Series(CONTRACT, reasons, dtype=pl.String))
 
 
+SFT_VALIDATION_FRACTION = 0.1  # an SFT source's validation split is at most this share of its kept rows
 KEYS = ("source", "domain", "_rank")  # what build decides on: the rows follow by position in the file
 
 
@@ -88,16 +88,32 @@ def group_counts(rows: int, validation_rows: int, max_rows: int | None, max_frac
     return keep, min(validation_rows, int(keep * max_fraction))
 
 
-def mix_counts(want: int, train_rows: int, validation_rows: int) -> tuple[int, int]:
-    """(train, validation) rows a mix draws from a domain set of ``train_rows`` / ``validation_rows`` rows for
-    ``want`` train rows: all it has up to ``want``, and validation rows in the same proportion (:func:`draw_mix`)."""
-    return min(want, train_rows), min(round(validation_rows * want / max(train_rows, 1)), validation_rows)
+def mix_draws(weights: dict[str, float], total: int, sizes: dict[str, tuple[int, int]]
+              ) -> tuple[dict[str, tuple[int, int]], dict[str, Any]]:
+    """What a mix of ``total`` train rows in the proportions ``weights`` draws from the domain sets of
+    ``sizes[domain]`` = (train rows, validation rows): (train, validation) rows from each domain with a set
+    (``round(total * weight)`` train rows or all it has, and validation rows in the same proportion), and
+    the mix's stats per domain (``wanted``, ``train``, ``validation``, ``shortfall``; ``no_set`` for a domain
+    without a set). Shared by :func:`draw_mix` and the out-of-core build (:mod:`curation.build_plan`).
 
-
-def check_weights(weights: dict[str, float]) -> None:
-    """Raises ValueError when a mix's ``weights`` do not sum to 1."""
+    Raises:
+        ValueError: when the weights do not sum to 1.
+    """
     if abs(sum(weights.values()) - 1.0) > 1e-6:
         raise ValueError(f"mix weights {weights} sum to {sum(weights.values())}, not 1")
+    draws: dict[str, tuple[int, int]] = {}
+    stats: dict[str, Any] = {}
+    for domain, w in weights.items():
+        want = round(total * w)
+        if domain not in sizes:  # no row of the domain in this data (NVIDIA's release has no tool_use)
+            stats[domain] = {"wanted": want, "train": 0, "validation": 0, "shortfall": want, "no_set": True}
+            continue
+        train_rows, validation_rows = sizes[domain]
+        n_train = min(want, train_rows)
+        draws[domain] = n_train, min(round(validation_rows * want / max(train_rows, 1)), validation_rows)
+        stats[domain] = {"wanted": want, "train": n_train, "validation": draws[domain][1],
+                         "shortfall": max(want - n_train, 0)}
+    return draws, stats
 
 
 def split_group(df: pl.DataFrame, validation_rows: int, max_rows: int | None,
@@ -144,7 +160,7 @@ def build_sets(sft: pl.DataFrame, rl: pl.DataFrame, params: BuildParams
 
     sft_caps = params.sft_max_rows_per_source
     for (source,), group in sft.group_by("source", maintain_order=True):
-        add("sft", group, params.sft_validation_rows, sft_caps.get(source))
+        add("sft", group, params.sft_validation_rows, sft_caps.get(source), SFT_VALIDATION_FRACTION)
     rl_caps = params.rl_max_rows_per_domain
     for (domain,), group in rl.sort("domain", maintain_order=True).group_by("domain", maintain_order=True):
         add(f"rl/{domain}", group, params.rl_validation_rows, rl_caps.get(domain), params.rl_validation_fraction)
@@ -172,22 +188,12 @@ def draw_mix(sets: dict[str, dict[str, pl.DataFrame]], weights: dict[str, float]
     Raises:
         ValueError: when the weights do not sum to 1.
     """
-    check_weights(weights)
+    sizes = {d: (len(sets[f"rl/{d}"]["train"]), len(sets[f"rl/{d}"]["validation"])) for d in weights
+             if f"rl/{d}" in sets}
+    draws, stats = mix_draws(weights, total, sizes)
     splits: dict[str, list[pl.DataFrame]] = {"train": [], "validation": []}
-    stats: dict[str, Any] = {}
-    for domain, w in weights.items():
-        want = round(total * w)
-        if f"rl/{domain}" not in sets:  # no row of the domain in this data (NVIDIA's release has no tool_use)
-            stats[domain] = {"wanted": want, "train": 0, "validation": 0, "shortfall": want, "no_set": True}
-            continue
-        src = sets[f"rl/{domain}"]
-        n_train, n_val = mix_counts(want, len(src["train"]), len(src["validation"]))
-        ranked, extra = _rank(src["train"], seed)
-        train = ranked.head(n_train).drop(extra)
-        ranked, extra = _rank(src["validation"], seed)
-        val = ranked.head(n_val).drop(extra)
-        splits["train"].append(train)
-        splits["validation"].append(val)
-        stats[domain] = {"wanted": want, "train": len(train), "validation": len(val),
-                         "shortfall": max(want - len(train), 0)}
+    for domain, (n_train, n_val) in draws.items():
+        for split, n in (("train", n_train), ("validation", n_val)):
+            ranked, extra = _rank(sets[f"rl/{domain}"][split], seed)
+            splits[split].append(ranked.head(n).drop(extra))
     return {k: pl.concat(v) for k, v in splits.items()}, stats

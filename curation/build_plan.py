@@ -10,7 +10,7 @@ its memory does not grow with the rows:
   rank)``, ties by position as polars' stable sort), written to a parquet file by DuckDB under its memory
   limit (:func:`common.io.spill_db`);
 - the counts of each group's splits and each mix's draws from the group sizes alone
-  (:func:`curation.build.group_counts`, :func:`curation.build.mix_counts`: the functions of the in-memory
+  (:func:`curation.build.group_counts`, :func:`curation.build.mix_draws`: the functions of the in-memory
   build), as spans of ranks;
 - per output (a set's split, or the rejects of a cap or of the contract), a take plan: the positions of
   its rows in the input file, sorted by position, and their place in the output
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from curation.build import CONTRACT, check_weights, group_counts, mix_counts
+from curation.build import CONTRACT, SFT_VALIDATION_FRACTION, group_counts, mix_draws
 
 if TYPE_CHECKING:
     from curation.params import BuildParams
@@ -115,7 +115,8 @@ def plan_build(keys: dict[str, Path], params: BuildParams, work: Path, db: Any) 
                              WHERE {where}) TO '{work}/ranked_{kind}.parquet' (FORMAT parquet)""", src)
         for gid, (name, n) in enumerate(found.select("grp", "n").iter_rows()):
             if kind == "sft":
-                counts = group_counts(n, params.sft_validation_rows, params.sft_max_rows_per_source.get(name), 0.1)
+                counts = group_counts(n, params.sft_validation_rows, params.sft_max_rows_per_source.get(name),
+                                      SFT_VALIDATION_FRACTION)
             else:
                 counts = group_counts(n, params.rl_validation_rows, params.rl_max_rows_per_domain.get(name),
                                       params.rl_validation_fraction)
@@ -129,7 +130,6 @@ def plan_build(keys: dict[str, Path], params: BuildParams, work: Path, db: Any) 
                           for name, splits in spans.items()}
     plan.stats["mixes"] = {}
     for mix, spec in params.mixes.items():
-        check_weights(spec.weights)
         drawn, plan.stats["mixes"][mix] = _draw(groups, spec.weights, spec.total)
         spans[f"rl/{mix}"] = drawn
     for name, splits in spans.items():
@@ -145,22 +145,12 @@ def plan_build(keys: dict[str, Path], params: BuildParams, work: Path, db: Any) 
 
 def _draw(groups: list[_Group], weights: dict[str, float], total: int
           ) -> tuple[dict[str, list[tuple[_Group, int, int]]], dict[str, Any]]:
-    """The spans of a mix (:func:`curation.build.draw_mix`: the first ranks of each domain's train and
-    validation splits) and its stats."""
-    by_name = {g.name: g for g in groups if g.kind == "rl"}
-    drawn: dict[str, list[tuple[_Group, int, int]]] = {"train": [], "validation": []}
-    stats: dict[str, Any] = {}
-    for domain, w in weights.items():
-        want = round(total * w)
-        g = by_name.get(f"rl/{domain}")
-        if g is None:
-            stats[domain] = {"wanted": want, "train": 0, "validation": 0, "shortfall": want, "no_set": True}
-            continue
-        n_train, n_val = mix_counts(want, g.keep - g.validation, g.validation)
-        drawn["train"].append((g, g.validation, g.validation + n_train))
-        drawn["validation"].append((g, 0, n_val))
-        stats[domain] = {"wanted": want, "train": n_train, "validation": n_val, "shortfall": max(want - n_train, 0)}
-    return drawn, stats
+    """The spans of a mix (:func:`curation.build.mix_draws` of the domain groups: the first ranks of each
+    domain's train and validation splits) and its stats."""
+    by_domain = {g.name.removeprefix("rl/"): g for g in groups if g.kind == "rl"}
+    draws, stats = mix_draws(weights, total, {d: (g.keep - g.validation, g.validation) for d, g in by_domain.items()})
+    return ({"train": [(by_domain[d], by_domain[d].validation, by_domain[d].validation + t) for d, (t, _) in draws.items()],
+             "validation": [(by_domain[d], 0, v) for d, (_, v) in draws.items()]}, stats)
 
 
 def _take(db: Any, work: Path, name: str, spans: list[tuple[_Group, int, int]], reason: str | None = None) -> Take:

@@ -233,7 +233,7 @@ def run_pack(p: PackParams, tokenize_params: TokenizeParams, in_dir: Path, out_d
         if packed_tokens != tokens or n != len(fill):
             raise AssertionError(f"pack {split}: {tokens} tokens in != {packed_tokens} packed")
         docs_total += split_docs.documents
-        lengths[split], fills[split] = split_docs.histogram, fill / length
+        lengths[split], fills[split] = (split_docs.edges, split_docs.counts), fill / length
         stats[split] = {"documents": split_docs.documents, "tokens_in": tokens, "tokens_packed": packed_tokens,
                         "tokens_dropped": 0, "padding_tokens": padding, "supervised_tokens": supervised,
                         "packs": n, "min_packs": -(-tokens // length),
@@ -248,8 +248,8 @@ class _SplitDocs:
     """The documents of one tokenized split, planned and read a window at a time (:func:`run_pack`).
 
     Reading its ``num_tokens`` column once on construction gives ``documents``, ``tokens`` and
-    ``max_document`` (and the document-length plot's bins); :meth:`packs` then fills ``histogram`` (counts per
-    bin of ``edges``) and ``fills`` (int64 tokens of each pack, one array a window) as the packs pass.
+    ``max_document`` (and the document-length plot's bin ``edges``); :meth:`packs` then fills ``counts`` (documents
+    per bin) and ``fills`` (int64 tokens of each pack, one array a window) as the packs pass.
     """
 
     def __init__(self, path: Path, window: int, pack_length: int) -> None:
@@ -261,7 +261,7 @@ class _SplitDocs:
             self.tokens += int(lens.sum(dtype=np.int64))
             self.max_document = max(self.max_document, int(lens.max()) if len(lens) else 0)
         self.edges = np.geomspace(1, max(self.max_document, 2), LENGTH_EDGES)
-        self.histogram = (self.edges, np.zeros(LENGTH_EDGES - 1, np.int64))
+        self.counts = np.zeros(LENGTH_EDGES - 1, np.int64)
         self.fills: list[np.ndarray] = [np.zeros(0, np.int64)]
 
     def _windows(self) -> Iterator[tuple[int, np.ndarray]]:
@@ -282,7 +282,7 @@ class _SplitDocs:
         """The pack rows of every window's best-fit-decreasing plan (:func:`packing.plan.plan_packs`), in order."""
         for start, lens in self._windows():
             plan = plan_packs(lens, self.pack_length, _UuidAt(self.path, start))
-            self.histogram[1][:] += np.histogram(lens, self.edges)[0]
+            self.counts += np.histogram(lens, self.edges)[0]
             self.fills.append(plan.fill)
             docs = take_rows(self.path, rows=plan.order + start, columns=["uuid", "input_ids", "loss_mask"],
                              batch_rows=DOC_BATCH)  # the window's tokens, in pack order
