@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -228,6 +228,36 @@ def parquet_batches(path: str | Path, batch_rows: int, columns: list[str] | None
     (FileNotFoundError, ArrowInvalid for a file that is not parquet)."""
     return pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=batch_rows, columns=columns,
                                                                row_groups=row_groups)
+
+
+class RowCursor:
+    """The rows of a stream of record batches handed out ``n`` at a time, whatever its batching: a file read
+    beside another stream of the same rows (a map's per-row results, a near-dedup pass's meta), so a step
+    holds one batch of it, not a column per row. ``what`` names the stream in errors."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch], what: str) -> None:
+        self._batches, self._what, self._held = iter(batches), what, None
+
+    def take(self, n: int) -> pl.DataFrame:
+        """The next ``n`` rows (no columns when ``n`` is 0). Raises ValueError naming the stream when it ends
+        before them."""
+        parts, got = [], 0
+        while got < n:
+            if self._held is None:
+                batch = next(self._batches, None)
+                if batch is None:
+                    raise ValueError(f"{self._what} ends before its rows do")
+                self._held = pl.from_arrow(batch)
+            part = self._held.head(n - got)
+            self._held = self._held.slice(len(part)) if len(part) < len(self._held) else None
+            parts.append(part)
+            got += len(part)
+        return pl.concat(parts) if len(parts) > 1 else parts[0] if parts else pl.DataFrame()
+
+    def finish(self) -> None:
+        """Raises ValueError naming the stream when rows are left after the last :meth:`take`."""
+        if (self._held is not None and len(self._held)) or any(b.num_rows for b in self._batches):
+            raise ValueError(f"{self._what} has more rows than it does")
 
 
 def remove_spills(step: str) -> None:

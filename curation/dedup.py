@@ -10,25 +10,31 @@ Near: MinHash LSH with exact Jaccard verification over the whole row text
 or ``across_domains``); optionally (``rl_vs_sft``) RL prompts that near-duplicate
 an SFT row's user turns are removed as well. Rows of ``exempt_sources`` (seeded
 generators whose distinct problems share a long instruction template) get exact
-dedup only. :func:`run_dedup` streams the
-parquet row groups, so memory holds per-row keys, not tables: the exact pass's uuid, 16-byte text hash and
-categorical source and domain (~80 bytes a row), then near-dedup's uuid, source, priority and length
-(~70 bytes), a union-find parent and a chunk number (:func:`curation.minhash.near_dedup`: 16 bytes; the band
-keys on disk). Its
-per-batch passes run on an executor (:mod:`common.executor`: this process, or Ray Data).
+dedup only.
+
+:func:`run_dedup` streams the parquet row groups and holds nothing per row: each row's keys (position,
+uuid, the text's 16-byte md5, source, scope group, priority) go to a file in the step's scratch; DuckDB
+finds the exact duplicates there under its memory limit (:func:`exact_duplicates`), and the near pass
+reads its meta from that file beside the text stream (:func:`curation.minhash.near_dedup`, which holds
+its candidates, not its rows). What is held grows with the duplicates and candidates found. Its per-batch
+passes run on an executor (:mod:`common.executor`: this process, or Ray Data). ``rl_vs_sft`` (off by
+default) reads both tables' meta from scratch files the same way (:func:`curation.minhash.cross_dedup`).
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow as pa
 
-from common.executor import Executor, LocalExecutor, ParquetBatches
-from common.io import Rejects, finish_step
+from common.executor import Executor, LocalExecutor, ParquetBatches, write_frames
+from common.io import Rejects, finish_step, parquet_batches, scratch
+from common.spill import spill_db
 from common.take import member
 from common.text import md5_halves, row_text, text_hashes, user_text
 from curation.kept import by_source_and_reason, write_kept
@@ -38,17 +44,30 @@ if TYPE_CHECKING:
     from curation.params import DedupParams, MinHashConfig
 
 KINDS = ("sft", "rl")
+KEY_SCHEMA = pa.schema({"pos": pa.int64(), "uuid": pa.string(), "hi": pa.uint64(), "lo": pa.uint64(),
+                        "source": pa.string(), "group": pa.string(), "priority": pa.int64()})
+"""A dedup keys file (:func:`key_frames`): a row per input row, in order."""
+META_SCHEMA = pa.schema({k: KEY_SCHEMA.field(k).type for k in ("uuid", "source", "group", "priority")})
+"""The near pass's meta file (:func:`near_rows`)."""
 
 
-def exact_duplicates(keys: pl.DataFrame) -> pl.DataFrame:
-    """Rows of ``keys`` (``uuid``, ``h``, in table order) whose ``h`` occurred before:
-    ``uuid`` and ``reason`` (``exact_duplicate: of <first uuid>``)."""
-    first = keys["h"].is_first_distinct()
-    dupes = keys.filter(~first)
-    kept = (keys.filter(first).join(dupes.select("h"), on="h", how="semi")  # only the first rows that have copies
-            .select("h", pl.col("uuid").alias("kept")))
-    return (dupes.join(kept, on="h", how="left", maintain_order="left")
-            .select("uuid", ("exact_duplicate: of " + pl.col("kept")).alias("reason")))
+def exact_duplicates(keys: pl.DataFrame | Path) -> pl.DataFrame:
+    """Rows whose text hash occurred before, in table order: ``uuid``, ``reason`` (``exact_duplicate: of
+    <first uuid>``) and ``pos`` (Int64, the row's position). ``keys``: a frame of ``uuid`` and ``h``
+    (:func:`common.text.md5_halves`) in table order, or a parquet file of ``pos``, ``uuid``, ``hi`` and ``lo``
+    (:data:`KEY_SCHEMA`). Decided by DuckDB (a window over the hashes) under its memory limit, spilling to
+    the step's scratch (:func:`common.spill.spill_db`), so memory holds the duplicates, not the keys."""
+    with spill_db() as db:
+        if isinstance(keys, pl.DataFrame):
+            db.register("keys", keys.unnest("h").with_row_index("pos").to_arrow())
+            src, params = "keys", {}
+        else:
+            src, params = "read_parquet($keys)", {"keys": str(keys)}
+        found = db.sql(f"""SELECT uuid, 'exact_duplicate: of ' || kept AS reason, pos::BIGINT AS pos FROM (
+                             SELECT pos, uuid, row_number() OVER w AS n, first_value(uuid) OVER w AS kept
+                             FROM {src} WINDOW w AS (PARTITION BY hi, lo ORDER BY pos))
+                           WHERE n > 1 ORDER BY pos""", params=params).to_arrow_table()
+    return pl.from_arrow(found).cast({"uuid": pl.Utf8, "reason": pl.Utf8, "pos": pl.Int64})
 
 
 def exact_dedup(df: pl.DataFrame, kind: str, normalized: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -57,7 +76,8 @@ def exact_dedup(df: pl.DataFrame, kind: str, normalized: bool = True) -> tuple[p
     ``kept`` keeps the input order and gains nothing; ``kept + duplicates``
     hold every input row exactly once.
     """
-    dupes = exact_duplicates(pl.DataFrame({"uuid": df["uuid"], "h": text_hashes(df, kind, normalized)}))
+    dupes = exact_duplicates(pl.DataFrame({"uuid": df["uuid"], "h": md5_halves(text_hashes(df, kind, normalized))}))
+    dupes = dupes.select("uuid", "reason")
     return (df.join(dupes, on="uuid", how="anti", maintain_order="left"),
             df.join(dupes, on="uuid", how="inner", maintain_order="left"))
 
@@ -68,19 +88,36 @@ def key_batch(frame: pl.DataFrame, kind: str, normalized: bool) -> pl.DataFrame:
     return frame.select("uuid", md5_halves(text_hashes(frame, kind, normalized)).alias("h"), "source", "domain")
 
 
-def text_batch(frame: pl.DataFrame, kind: str, user_only: bool, skip: pl.Series) -> pl.DataFrame:
+def text_batch(frame: pl.DataFrame, kind: str, user_only: bool, skip: pl.Series,
+               exempt: tuple[str, ...] = ()) -> pl.DataFrame:
     """Projection of the near passes: ``uuid``, ``text`` (row text, or the user turns) of the
-    rows of ``frame`` whose uuid is not in ``skip`` (sorted: :func:`common.take.member`)."""
+    rows of ``frame`` whose uuid is not in ``skip`` (sorted: :func:`common.take.member`) and whose source is
+    not in ``exempt``."""
     text = user_text(kind) if user_only else row_text(kind)
-    return frame.filter(~member(skip, frame["uuid"])).select("uuid", text.alias("text"))
+    keep = ~member(skip, frame["uuid"]) & ~frame["source"].is_in(list(exempt)).to_numpy()
+    return frame.filter(keep).select("uuid", text.alias("text"))
 
 
-def _gather(frames: Iterator[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFrame:
-    """The frames of a map, their ``source`` and ``domain`` as categoricals (4 bytes a row, not a string)
-    as each arrives."""
-    cat = [c for c in ("source", "domain") if c in schema]
-    schema = {**schema, **dict.fromkeys(cat, pl.Categorical)}
-    return pl.concat([pl.DataFrame(schema=schema), *(f.with_columns(pl.col(cat).cast(pl.Categorical)) for f in frames)])
+def key_frames(frames: Iterator[pl.DataFrame], priority: dict[str, int], scope: str) -> Iterator[pl.DataFrame]:
+    """The frames of :func:`key_batch` mapped over a file, in order, as rows of :data:`KEY_SCHEMA`: ``pos``
+    counted across them, the md5's halves as columns, the near pass's ``group`` (the domain, or ``all``
+    across domains) and ``priority`` (the source's registry position; unknown sources last)."""
+    first = 0
+    for frame in frames:
+        yield frame.unnest("h").with_columns(
+            pl.int_range(first, first + len(frame), dtype=pl.Int64).alias("pos"),
+            (pl.col("domain") if scope == "within_domain" else pl.lit("all")).alias("group"),
+            pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
+        first += len(frame)
+
+
+def near_rows(keys: Path, duplicates: pl.Series, exempt: list[str], batch_rows: int) -> Iterator[pl.DataFrame]:
+    """The near pass's meta (``uuid``, ``source``, ``group``, ``priority``), read from the keys file ``keys`` a
+    batch at a time: its rows but the exact ``duplicates`` (positions, ascending) and the ``exempt`` sources'."""
+    for batch in parquet_batches(keys, batch_rows, columns=["pos", "uuid", "source", "group", "priority"]):
+        frame = pl.from_arrow(batch)
+        keep = ~member(duplicates, frame["pos"]) & ~frame["source"].is_in(exempt).to_numpy()
+        yield frame.filter(keep).drop("pos")
 
 
 def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
@@ -101,27 +138,22 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
     stats: dict[str, Any] = {}
     for kind in KINDS:
         path = src / f"{kind}.parquet"
-        keys = _gather(ex.map_parquet(path, partial(key_batch, kind=kind, normalized=p.normalize), rows),
-                       {"uuid": pl.Utf8, "h": pl.Struct({"hi": pl.UInt64, "lo": pl.UInt64}), "source": pl.Utf8,
-                        "domain": pl.Utf8})
-        exact = exact_duplicates(keys.select("uuid", "h"))
-        parts = [exact]
-        stats[kind] = {"rows_in": len(keys), "exact_duplicates": len(exact)}
-        if near.enabled:
-            exempt = keys.filter(pl.col("source").is_in(near.exempt_sources))["uuid"]
-            skip = exact["uuid"].append(exempt).sort()
-            meta = keys.filter(~pl.col("uuid").is_in(skip.implode())).select("uuid", "source", "domain")
-            meta = meta.with_columns(
-                (pl.col("domain") if near.scope == "within_domain"
-                 else pl.lit("all")).alias("group"),
-                pl.col("source").replace_strict(priority, default=len(priority), return_dtype=pl.Int64).alias("priority"))
-            del keys, exempt  # a row's keys and hash are not held through near-dedup
-            batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip), rows,
-                                     cfg.workers)
-            near_removed, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars,
-                                          signatures / f"{kind}.parquet")
-            parts.append(near_removed.select("uuid", "reason"))
-            stats[kind]["near"] = st
+        with tempfile.TemporaryDirectory(dir=scratch(), prefix="dedup-") as tmp:
+            keys, meta = Path(tmp) / "keys.parquet", Path(tmp) / "meta.parquet"
+            n = write_frames(key_frames(ex.map_parquet(path, partial(key_batch, kind=kind, normalized=p.normalize),
+                                                       rows), priority, near.scope), keys, KEY_SCHEMA)
+            exact = exact_duplicates(keys)
+            parts = [exact.select("uuid", "reason")]
+            stats[kind] = {"rows_in": n, "exact_duplicates": len(exact)}
+            if near.enabled:
+                write_frames(near_rows(keys, exact["pos"], near.exempt_sources, rows), meta, META_SCHEMA)
+                skip = exact["uuid"].sort()
+                batches = ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=False, skip=skip,
+                                                           exempt=tuple(near.exempt_sources)), rows, cfg.workers)
+                near_removed, st = near_dedup(batches, meta, cfg, near.alarms, kind, near.verify_chars,
+                                              signatures / f"{kind}.parquet")
+                parts.append(near_removed.select("uuid", "reason"))
+                stats[kind]["near"] = st
         removed[kind] = pl.concat(parts)
     if near.enabled and near.rl_vs_sft:
         rl_removed, st = _rl_vs_sft(ex, src, removed, cfg)
@@ -140,15 +172,16 @@ def run_dedup(p: DedupParams, priority: dict[str, int], src: Path, out: Path,
 
 
 def _rl_vs_sft(ex: Executor, src: Path, removed: dict[str, pl.DataFrame], cfg: MinHashConfig):
-    def side(kind: str):
-        path, skip = src / f"{kind}.parquet", removed[kind]["uuid"].sort()
-        meta = _gather(ex.map_parquet(path, partial(_id_source, skip=skip), cfg.batch_rows),
-                       {"uuid": pl.Utf8, "source": pl.Utf8})
-        return ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=True, skip=skip), cfg.batch_rows,
-                              cfg.workers), meta
+    with tempfile.TemporaryDirectory(dir=scratch(), prefix="rl-vs-sft-") as tmp:
+        def side(kind: str):
+            path, skip, meta = src / f"{kind}.parquet", removed[kind]["uuid"].sort(), Path(tmp) / f"{kind}.parquet"
+            write_frames(ex.map_parquet(path, partial(_id_source, skip=skip), cfg.batch_rows), meta,
+                         pa.schema({"uuid": pa.string(), "source": pa.string()}))
+            return ParquetBatches(ex, path, partial(text_batch, kind=kind, user_only=True, skip=skip), cfg.batch_rows,
+                                  cfg.workers), meta
 
-    (sft, sft_meta), (rl, rl_meta) = side("sft"), side("rl")
-    return cross_dedup(sft, sft_meta, rl, rl_meta, cfg, "rl prompt vs sft prompt")
+        (sft, sft_meta), (rl, rl_meta) = side("sft"), side("rl")
+        return cross_dedup(sft, sft_meta, rl, rl_meta, cfg, "rl prompt vs sft prompt")
 
 
 def _id_source(frame: pl.DataFrame, skip: pl.Series) -> pl.DataFrame:

@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.io import Rejects, atomic_path, parquet_batches
+from common.io import Rejects, RowCursor, atomic_path, parquet_batches
 from common.take import matches
 from corpora.schema import SCHEMAS
 
@@ -31,15 +31,15 @@ def write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame | None, 
     removed = (removed if removed is not None else pl.DataFrame(schema={"uuid": pl.Utf8, "reason": pl.Utf8}))
     removed = removed.sort("uuid", maintain_order=True)  # looked up by binary search (common.take.matches)
     reasons = removed["reason"]
-    aligned = _Aligned(flags, path) if flags is not None else None
+    aligned = RowCursor(flags, f"the per-row reasons for {path}") if flags is not None else None
     with atomic_path(dest) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         for batch in parquet_batches(path, rows):
             frame = pl.from_arrow(batch)
             n_in += len(frame)
             at, idx = matches(removed["uuid"], frame["uuid"])
             why = reasons.gather(idx)
-            if aligned is not None:
-                flagged = aligned.take(len(frame))
+            if aligned is not None and len(frame):
+                flagged = aligned.take(len(frame)).to_series(0).cast(pl.Utf8).alias("reason")
                 hit = np.flatnonzero(flagged.is_not_null().to_numpy())
                 order = np.argsort(np.concatenate([hit, at]), kind="stable")
                 at = np.concatenate([hit, at])[order]
@@ -54,27 +54,6 @@ def write_kept(path: Path, dest: Path, kind: str, removed: pl.DataFrame | None, 
         if aligned is not None:
             aligned.finish()
     return n_in, n_out
-
-
-class _Aligned:
-    """The values of a stream of record batches' first column, taken ``n`` at a time whatever its batching."""
-
-    def __init__(self, batches: Iterator[pa.RecordBatch], path: Path) -> None:
-        self._batches, self._path = iter(batches), path
-        self._held = pl.Series("reason", [], pl.Utf8)
-
-    def take(self, n: int) -> pl.Series:
-        while len(self._held) < n:
-            batch = next(self._batches, None)
-            if batch is None:
-                raise ValueError(f"the per-row reasons for {self._path} end before its rows do")
-            self._held = pl.concat([self._held, pl.from_arrow(batch.column(0)).cast(pl.Utf8).alias("reason")])
-        out, self._held = self._held[:n], self._held[n:]
-        return out
-
-    def finish(self) -> None:
-        if len(self._held) or next(self._batches, None) is not None:
-            raise ValueError(f"the per-row reasons for {self._path} have more rows than it does")
 
 
 def by_source_and_reason(counts: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:

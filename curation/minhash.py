@@ -33,13 +33,16 @@ from typing import TYPE_CHECKING, Any
 import datasketch
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
 from common.executor import call_with, ordered_map, write_frames
-from common.io import scratch
-from common.take import matches, member
+from common.io import RowCursor, parquet_batches, scratch
+from common.spill import spill_db
+from common.take import matches, member, n_rows, take_rows
 from common.text import md5_hex, normalize
 from curation.ngrams import Tokens, fmix64, tokenize, window_hashes
 
@@ -59,39 +62,29 @@ class DedupAlarm(RuntimeError):
 class BandKeys:
     """LSH keys of N texts in every band (:func:`band_keys`), read one band at a time (:meth:`band`, uint64
     ``[N]``): held in memory (``values`` uint64 ``[N, bands]``, 128 bytes a text at 16 bands) or, with
-    ``directory`` (what :func:`compute_signatures` writes with ``spill``), in one raw file per band
-    (``band<b>.u64``), so banding holds one band (8 bytes a text) instead of all of them.
-    ``has``: bool ``[N]``, the texts with a shingle (non-zero keys); the others are in no bucket."""
+    ``path``, the parquet file :func:`compute_signatures` writes with ``spill`` (columns ``has`` and
+    ``k0``..``k<bands-1>``), read from disk a band at a time. A text with no shingle has all-zero keys and
+    is in no bucket (:attr:`has`)."""
 
-    has: np.ndarray
     settings: dict[str, Any]
     values: np.ndarray | None = None
-    directory: Path | None = None
+    path: Path | None = None
 
     def __len__(self) -> int:
-        return len(self.has)
+        return len(self.values) if self.values is not None else n_rows(self.path)
+
+    @property
+    def has(self) -> np.ndarray:
+        """bool ``[N]``: the texts with a shingle (non-zero keys)."""
+        if self.values is not None:
+            return self.values.any(axis=1)
+        return pl.read_parquet(self.path, columns=["has"])["has"].to_numpy()
 
     def band(self, band: int) -> np.ndarray:
         """The keys uint64 ``[N]`` of every text in ``band``."""
         if self.values is not None:
             return self.values[:, band]
-        return np.fromfile(self.directory / f"band{band}.u64", np.uint64)
-
-    @classmethod
-    def concat(cls, parts: list[BandKeys]) -> BandKeys:
-        """Stack the keys of several passes (in memory); raises ValueError when their settings differ
-        (keys of different settings never collide meaningfully)."""
-        if not parts:
-            raise ValueError("no band keys to concatenate")
-        for p in parts[1:]:
-            if p.settings != parts[0].settings:
-                diff = {k: (parts[0].settings.get(k), p.settings.get(k))
-                        for k in parts[0].settings.keys() | p.settings.keys()
-                        if parts[0].settings.get(k) != p.settings.get(k)}
-                raise ValueError(f"refusing to mix MinHash signatures made with different settings: {diff}")
-        bands = parts[0].settings["bands"]
-        values = np.stack([np.concatenate([p.band(b) for p in parts]) for b in range(bands)], axis=1)
-        return cls(np.concatenate([p.has for p in parts]), parts[0].settings, values)
+        return pl.read_parquet(self.path, columns=[f"k{band}"])[f"k{band}"].to_numpy()
 
 
 def _fmix32(h: np.ndarray) -> np.ndarray:
@@ -186,42 +179,65 @@ def band_keys(values: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return keys
 
 
-def compute_signatures(batches: Batches, cfg: MinHashConfig, uuids: pl.Series, label: str = "rows",
+def compute_signatures(batches: Batches, cfg: MinHashConfig, meta: pl.Series | Path, label: str = "rows",
                        out: Path | None = None, spill: Path | None = None
-                       ) -> tuple[BandKeys, pl.DataFrame, np.ndarray]:
+                       ) -> tuple[BandKeys, pl.DataFrame, np.ndarray | None]:
     """Pass 1 over ``batches`` (:func:`signature_batch` on each, see :func:`map_batches`): each text's
-    :func:`band_keys` (:class:`BandKeys`, a quarter of the signature's bytes at 16 x 8; with ``spill``, a
-    directory, written there band by band instead of held), the md5 of the normalized text of the texts
-    with no shingle (a frame of ``i``, the text's position, Int64, and ``k``, Utf8: only those texts), and
-    every text's length in characters (int64 ``[N]``). The result depends neither on the executor nor on
-    its workers. With ``out``, the signatures themselves are streamed to that parquet file (``uuid``,
-    ``signature``, the settings in the metadata key ``minhash``).
+    :func:`band_keys` (:class:`BandKeys`, a quarter of the signature's bytes at 16 x 8), the md5 of the
+    normalized text of the texts with no shingle (a frame of ``i``, the text's position, Int64, and ``k``,
+    Utf8: only those texts), and every text's length in characters (int64 ``[N]``). The result depends
+    neither on the executor nor on its workers. With ``out``, the signatures themselves are streamed to that
+    parquet file (``uuid``, ``signature``, the settings in the metadata key ``minhash``).
+
+    ``meta`` lists the texts in stream order: their uuids (a Series), or a parquet file with a ``uuid``
+    column, read beside the stream a batch at a time (:class:`common.io.RowCursor`). With ``spill`` (a
+    parquet file path), nothing is held per text: each batch's rows are written there as they come, the
+    meta file's columns, then ``has`` (bool), ``length`` (int64) and the band keys ``k0``..``k<bands-1>``
+    (uint64); the keys returned read it (:attr:`BandKeys.path`) and the lengths returned are None.
 
     Raises:
-        ValueError: the batches do not stream ``uuids`` (the texts' meta), in that order.
+        ValueError: the batches do not stream ``meta``'s uuids, in that order.
     """
     settings = cfg.settings()
     bands, rows = settings["bands"], settings["rows"]
-    parts, has, lengths, short = [], [np.zeros(0, bool)], [np.zeros(0, np.int64)], []
-    files = [open(spill / f"band{b}.u64", "wb") for b in range(bands)] if spill else []  # noqa: SIM115
-    bar = tqdm(total=len(uuids), desc=f"minhash {label}", unit="rows", disable=None, file=sys.stderr)
+    if isinstance(meta, pl.Series):
+        meta_schema = pa.schema({"uuid": pa.string()})
+        cursor = RowCursor(meta.cast(pl.Utf8).rename("uuid").to_frame().to_arrow().to_batches(), label)
+        n = len(meta)
+    else:
+        meta_schema = pq.ParquetFile(meta).schema_arrow
+        cursor, n = RowCursor(parquet_batches(meta, cfg.batch_rows), label), n_rows(meta)
+    spilled = pa.schema([*meta_schema, pa.field("has", pa.bool_()), pa.field("length", pa.int64()),
+                         *(pa.field(f"k{b}", pa.uint64()) for b in range(bands))])
+    parts, lengths, short = [], [np.zeros(0, np.int64)], []
+    writer = pq.ParquetWriter(spill, spilled) if spill else None
+    bar = tqdm(total=n, desc=f"minhash {label}", unit="rows", disable=None, file=sys.stderr)
     schema = pl.DataFrame(schema={"uuid": pl.Utf8, "signature": pl.Array(pl.UInt32, cfg.num_perm)}
                           ).to_arrow().schema.with_metadata({"minhash": json.dumps(settings)})
     done = 0
+    different = f"{label}: batches and meta list different rows"
 
     def stream() -> Iterator[pl.DataFrame]:
         nonlocal done
         for frame in map_batches(batches, signature_batch, cfg.workers, cfg=cfg):
-            if not frame["uuid"].equals(uuids.slice(done, len(frame)).cast(pl.Utf8).rename("uuid")):
-                raise ValueError(f"{label}: batches and meta list different rows")
+            if not len(frame):
+                continue
+            try:
+                listed = cursor.take(len(frame))
+            except ValueError:
+                raise ValueError(different) from None
+            if not frame["uuid"].equals(listed["uuid"].cast(pl.Utf8)):
+                raise ValueError(different)
             values = frame["signature"].to_numpy().reshape(-1, cfg.num_perm).astype(np.uint32)
             keys = band_keys(values, bands, rows)
-            for band, f in enumerate(files):
-                f.write(np.ascontiguousarray(keys[:, band]).tobytes())
-            if not spill:
+            if writer:
+                cols = {"has": keys.any(axis=1), "length": frame["length"].to_numpy(),
+                        **{f"k{b}": keys[:, b] for b in range(bands)}}
+                arrays = [*listed.to_arrow().columns, *(pa.array(c) for c in cols.values())]
+                writer.write_table(pa.Table.from_arrays(arrays, names=spilled.names).cast(spilled))
+            else:
                 parts.append(keys)
-            has.append(keys.any(axis=1))
-            lengths.append(frame["length"].to_numpy())
+                lengths.append(frame["length"].to_numpy())
             at = frame["short_key"].is_not_null().arg_true()
             short.append(pl.DataFrame({"i": (at + done).cast(pl.Int64), "k": frame["short_key"].gather(at)}))
             done += len(frame)
@@ -234,30 +250,18 @@ def compute_signatures(batches: Batches, cfg: MinHashConfig, uuids: pl.Series, l
         else:
             for _ in stream():
                 pass
+        try:
+            cursor.finish()
+        except ValueError:
+            raise ValueError(different) from None
     finally:
-        for f in files:
-            f.close()
+        if writer:
+            writer.close()
     bar.close()
-    if done != len(uuids):
-        raise ValueError(f"{label}: batches and meta list different rows")
-    keys = BandKeys(np.concatenate(has), settings, None if spill else np.concatenate(
-        parts or [np.zeros((0, bands), np.uint64)]), spill)
+    keys = (BandKeys(settings, path=spill) if spill else
+            BandKeys(settings, np.concatenate(parts or [np.zeros((0, bands), np.uint64)])))
     short_keys = pl.concat([pl.DataFrame(schema={"i": pl.Int64, "k": pl.Utf8}), *short])
-    return keys, short_keys, np.concatenate(lengths)
-
-
-def lsh_candidates(keys: BandKeys, groups: np.ndarray) -> np.ndarray:
-    """Candidate pairs int64 ``[C, 2]`` (i < j, sorted, unique): rows of the same group whose
-    :class:`BandKeys` are equal in at least one band. Rows with no shingle are
-    skipped. Lists every pair: for the cross-table pass, whose pairs are not near-copies of each other.
-    Memory: one band's colliding rows and pairs at a time, then the pairs."""
-    idx = np.flatnonzero(keys.has)
-    pairs = []
-    for band in range(keys.settings["bands"]):
-        multi = pl.DataFrame({"g": groups[idx], "k": keys.band(band)[idx], "i": idx}).filter(pl.len().over("g", "k") > 1)
-        pairs.append(multi.join(multi, on=["g", "k"], suffix="_j").filter(pl.col("i") < pl.col("i_j"))
-                     .select("i", "i_j"))
-    return pl.concat(pairs).unique().sort("i", "i_j").to_numpy().astype(np.int64).reshape(-1, 2)
+    return keys, short_keys, None if spill else np.concatenate(lengths)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -301,8 +305,6 @@ def spill_shingle_sets(batches: Batches, cfg: MinHashConfig, chunks: pl.DataFram
     ``chunks`` (``uuid``, ``chunk`` int) written to ``directory/<chunk>.parquet``, one file per chunk, to be
     read back a chunk at a time (:func:`read_shingle_sets`). One read of the table, however many chunks
     (a pass per chunk read the table rows x chunks times)."""
-    import pyarrow.parquet as pq
-
     writers: dict[int, pq.ParquetWriter] = {}
     chunks = chunks.sort("uuid")
     chunk_of = chunks["chunk"].to_numpy()
@@ -334,12 +336,12 @@ def verify(pairs: np.ndarray, uuids: Iterable[str], sets: dict[str, np.ndarray],
                         ).with_columns((pl.col("jaccard") >= threshold).alias("edge"))
 
 
-def exact_edges(short_keys: pl.DataFrame, groups: np.ndarray) -> np.ndarray:
+def exact_edges(short_keys: pl.DataFrame) -> np.ndarray:
     """Edges int64 ``[E, 2]`` joining each shingle-less text to the first text of its group
     with the same normalized-text md5 (the short-text fallback). ``short_keys``: ``i`` (Int64, the text's
-    position, ascending) and ``k`` (the md5) of the shingle-less texts (:func:`compute_signatures`)."""
-    f = short_keys.select("k", pl.Series("g", groups[short_keys["i"].to_numpy()]), "i")
-    f = f.with_columns(pl.col("i").first().over("g", "k").alias("first")).filter(pl.col("i") != pl.col("first"))
+    position, ascending), ``k`` (the md5) and ``group`` (the scope) of the shingle-less texts
+    (:func:`compute_signatures`)."""
+    f = short_keys.with_columns(pl.col("i").first().over("group", "k").alias("first")).filter(pl.col("i") != pl.col("first"))
     return f.select("first", "i").to_numpy().astype(np.int64).reshape(-1, 2)
 
 
@@ -361,12 +363,12 @@ def survivors(meta: pl.DataFrame, labels: np.ndarray) -> pl.DataFrame:
     return m.join(best, on="cluster", how="left", maintain_order="left")
 
 
-def check_alarms(removed: pl.DataFrame, clustered: pl.DataFrame, sources: pl.Series, snippets: dict[str, str],
+def check_alarms(removed: pl.DataFrame, clustered: pl.DataFrame, sources: pl.DataFrame, snippets: dict[str, str],
                  alarms: AlarmParams, label: str) -> list[str]:
     """Alarm messages: clusters with more than ``max_cluster_size`` members (shown: uuids
     and text), sources losing more than ``max_source_loss`` (a fraction) of their rows.
     ``clustered``: ``uuid``, ``cluster`` and ``survivor`` of at least every row of a cluster of two or
-    more; ``sources``: the source of every row.
+    more; ``sources``: ``source`` and ``len``, the rows of each source.
     Raises DedupAlarm with the messages when ``on_alarm`` is ``fail``."""
     out = []
     sizes = clustered.group_by("cluster").agg(pl.len().alias("n"), pl.col("uuid"), pl.col("survivor").first())
@@ -374,7 +376,7 @@ def check_alarms(removed: pl.DataFrame, clustered: pl.DataFrame, sources: pl.Ser
         shown = "\n    ".join(f"{u}: {snippets.get(u, '')!r}" for u in sorted(row["uuid"])[:8])
         out.append(f"{label}: near-duplicate cluster of {row['n']} rows > max_cluster_size "
                    f"{alarms.max_cluster_size} (survivor {row['survivor']}):\n    {shown}")
-    per = (sources.rename("source").to_frame().group_by("source").len().with_columns(pl.col("source").cast(pl.Utf8))
+    per = (sources.with_columns(pl.col("source").cast(pl.Utf8))
            .join(removed.group_by("source").len().rename({"len": "lost"}), on="source", how="left")
            .fill_null(0).sort("source"))
     for row in per.iter_rows(named=True):
@@ -410,18 +412,23 @@ class UnionFind:
         self.parent[r] = r[0]
 
 
-def lsh_buckets(keys: BandKeys, groups: np.ndarray) -> pl.DataFrame:
-    """Band collisions: one row per bucket of >= 2 rows of one group with equal keys in one band,
-    ``band`` (i32) and ``members`` (list[i64], ascending row indices), in (band, first member) order.
-    ``groups``: a code per row (any integer dtype); rows with no shingle (``keys.has`` false) are in none.
-    Memory: one band's keys at a time (from :class:`BandKeys`' files when spilled) and the buckets, not pairs."""
-    idx = np.flatnonzero(keys.has)
-    frames = []
-    for band in range(keys.settings["bands"]):
-        f = pl.DataFrame({"g": groups[idx], "k": keys.band(band)[idx], "i": idx}).filter(pl.len().over("g", "k") > 1)
-        frames.append(f.group_by("g", "k").agg(pl.col("i").sort().alias("members"))
-                      .select(pl.lit(band, pl.Int32).alias("band"), "members"))
-    return (pl.concat(frames).with_columns(pl.col("members").list.first().alias("first"))
+def lsh_buckets(rows: Path, bands: int) -> pl.DataFrame:
+    """Band collisions: one row per bucket of >= 2 texts of one group with equal keys in one band,
+    ``band`` (i32) and ``members`` (list[i64], ascending positions in ``rows``), in (band, first member) order.
+    ``rows``: the parquet file :func:`compute_signatures` spills, with ``group`` (the scope), ``has`` and the
+    keys ``k0``..``k<bands-1>``; texts with no shingle (``has`` false) are in no bucket. Grouped by DuckDB
+    a band at a time under its memory limit (:func:`common.spill.spill_db`), so memory holds the buckets,
+    not a key per text."""
+    frames = [pl.DataFrame(schema={"band": pl.Int32, "members": pl.List(pl.Int64)})]
+    with spill_db(ordered=False) as db:
+        for band in range(bands):
+            frames.append(pl.from_arrow(db.sql(
+                f"""SELECT {band}::INTEGER AS band, list(i) AS members
+                    FROM (SELECT "group" AS g, k{band} AS k, file_row_number AS i
+                          FROM read_parquet($rows, file_row_number = true) WHERE has)
+                    GROUP BY g, k HAVING count(*) > 1""", params={"rows": str(rows)}).to_arrow_table()))
+    return (pl.concat(frames).with_columns(pl.col("members").list.sort())
+            .with_columns(pl.col("members").list.first().alias("first"))
             .sort("band", "first").select("band", "members"))
 
 
@@ -467,7 +474,7 @@ def resolve_bucket(members: np.ndarray, sets: list[np.ndarray], uf: UnionFind, t
     return verified, joined
 
 
-def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms: AlarmParams,
+def near_dedup(batches: Batches, meta: pl.DataFrame | Path, cfg: MinHashConfig, alarms: AlarmParams,
                label: str = "rows", verify_chars: int = 300_000_000, signatures: Path | None = None
                ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Near-duplicates of the texts streamed by ``batches``.
@@ -475,18 +482,22 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     Candidates are resolved per candidate cluster (rows joined by any band collision, or by the
     short-text md5), never as a list of pairs: a union-find over the verified pairs of each LSH
     bucket (:func:`resolve_bucket`, exact Jaccard vectorized by :func:`jaccard_many`). The clusters
-    are the connected components of the verified candidate pairs, exactly. Shingle sets are held for
-    rows of at most ``verify_chars`` characters at a time (chunks of candidate clusters; a larger cluster
-    is one chunk), so memory does not grow with the corpus: one streamed pass writes every candidate row's
-    set to its chunk's file in the step's scratch (:func:`spill_shingle_sets`), then chunks are read back one by one.
-    The band keys go to that scratch too (:class:`BandKeys`, read a band at a time); what stays per row is
-    ``meta`` (with ``group`` dropped once coded), a union-find parent and a chunk number (16 bytes).
+    are the connected components of the verified candidate pairs, exactly.
+
+    Memory holds the candidates, not the rows: the first pass writes each text's meta, length and band
+    keys to a file in the step's scratch (:func:`compute_signatures` with ``spill``); DuckDB finds the
+    buckets from it a band at a time (:func:`lsh_buckets`); the union-find, the candidate clusters and the
+    meta read back (:func:`common.take.take_rows`) are over the candidate texts only (those in a bucket or
+    with a short-text twin). Shingle sets are held for texts of at most ``verify_chars`` characters at a
+    time (chunks of candidate clusters; a larger cluster is one chunk): one streamed pass writes every
+    candidate's set to its chunk's file in scratch (:func:`spill_shingle_sets`), then chunks are read back
+    one by one.
 
     Args:
         batches: re-iterable stream of frames with ``uuid`` and ``text``, read twice (signatures, shingle sets).
-        meta: one row per streamed text, same order: ``uuid``, ``source``, ``group`` (the
-            scope: texts of different groups are never compared), ``priority`` (int,
-            lower survives; then the longer text, then the smaller uuid).
+        meta: one row per streamed text, same order (a frame, or a parquet file read a batch at a time):
+            ``uuid``, ``source``, ``group`` (the scope: texts of different groups are never compared),
+            ``priority`` (int, lower survives; then the longer text, then the smaller uuid).
         alarms: :class:`AlarmParams`.
         verify_chars: characters of text whose shingle sets are held at once (``dedup.near.verify_chars``;
             a word 5-gram set takes ~1.5 bytes a character).
@@ -501,58 +512,59 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     Raises:
         DedupAlarm: an alarm fired and ``on_alarm`` is ``fail``.
     """
-    n = len(meta)
     with tempfile.TemporaryDirectory(dir=scratch(), prefix="near-dedup-") as tmp:
         spill = Path(tmp)
-        (spill / "bands").mkdir()
-        keys, short_keys, lengths = compute_signatures(batches, cfg, meta["uuid"], label, signatures, spill / "bands")
+        if isinstance(meta, pl.DataFrame):
+            meta.write_parquet(spill / "meta.parquet")
+            meta = spill / "meta.parquet"
+        texts = spill / "texts.parquet"  # a row per text: its meta, length and band keys
+        _, short_keys, _ = compute_signatures(batches, cfg, meta, label, signatures, texts)
         release_workers(batches)  # banding and clustering are the driver's
-        meta = meta.with_columns(pl.Series("length", lengths, dtype=pl.Int64))
-        groups = meta["group"].cast(pl.Utf8).rank("dense").to_numpy()  # a code per group
-        meta = meta.drop("group")
-        buckets = lsh_buckets(keys, groups)
-        short = exact_edges(short_keys, groups)
-        del keys, groups, lengths  # per-row state from here: meta, the union-find and each row's chunk
-        first = buckets["members"].list.first().to_numpy()
-        star = buckets.select(pl.col("members").list.first().alias("a"), pl.col("members").list.slice(1).alias("b")
-                              ).explode("b").select("a", "b").to_numpy().reshape(-1, 2)
-        candidate = components(n, np.concatenate([star, short]).astype(np.int64))
-        del star
-        uf = UnionFind(n)
-        for a, b in short:
-            uf.union(int(a), np.array([b]))
-        counts = np.bincount(candidate, minlength=n)
-        largest, clusters = int(counts.max(initial=0)), np.flatnonzero(counts > 1)
-        del counts
-        chunk_of = np.full(n, -1, np.int64)
-        chars = np.bincount(candidate, weights=meta["length"].to_numpy() + 1, minlength=n)
-        chunk_of[clusters] = np.cumsum(chars[clusters]).astype(np.int64) // max(verify_chars, 1)
-        del chars
-        order = np.argsort(candidate[first], kind="stable")  # buckets by candidate cluster
-        bucket_chunk = chunk_of[candidate[first][order]]
-        rows_of = chunk_of[candidate]  # each row's chunk (-1: in no candidate cluster of two or more)
-        del candidate, chunk_of
+        n = n_rows(texts)
+        buckets = lsh_buckets(texts, cfg.settings()["bands"])
+        short = exact_edges(short_keys.with_columns(_column(texts, short_keys["i"], "group")))
         flat = buckets["members"].explode().to_numpy().astype(np.int64)
         lens = buckets["members"].list.len().to_numpy().astype(np.int64)
-        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        starts = np.cumsum(lens) - lens
         band_of = buckets["band"].to_numpy()
+        ids = np.unique(np.concatenate([flat, short.ravel()]))  # the candidates' positions; from here on,
+        flat, short = np.searchsorted(ids, flat), np.searchsorted(ids, short)  # a candidate is its number
+        c = len(ids)
+        others = np.ones(len(flat), bool)
+        others[starts] = False
+        star = np.stack([np.repeat(flat[starts], lens - 1), flat[others]], axis=1)
+        candidate = components(c, np.concatenate([star, short]).astype(np.int64))
+        del star, others
+        cmeta = _rows(texts, ids, ["uuid", "source", "priority", "length"])
+        uf = UnionFind(c)
+        for a, b in short:
+            uf.union(int(a), np.array([b]))
+        counts = np.bincount(candidate, minlength=c)
+        largest, clusters = int(counts.max(initial=min(n, 1))), np.flatnonzero(counts > 1)
+        chunk_of = np.full(c, -1, np.int64)
+        chars = np.bincount(candidate, weights=cmeta["length"].to_numpy() + 1, minlength=c)
+        chunk_of[clusters] = np.cumsum(chars[clusters]).astype(np.int64) // max(verify_chars, 1)
+        first = flat[starts]
+        order = np.argsort(candidate[first], kind="stable")  # buckets by candidate cluster
+        bucket_chunk = chunk_of[candidate[first][order]]
+        rows_of = chunk_of[candidate]  # each candidate's chunk
         verified = joined = 0
         js: dict[str, float] = {}
         snippets: dict[str, str] = {}
-        clustered = np.flatnonzero(rows_of >= 0)  # rows of candidate clusters of two or more
-        spill_shingle_sets(batches, cfg, pl.DataFrame({"uuid": meta["uuid"].gather(clustered),
+        clustered = np.flatnonzero(rows_of >= 0)  # candidates of clusters of two or more: all of them
+        spill_shingle_sets(batches, cfg, pl.DataFrame({"uuid": cmeta["uuid"].gather(clustered),
                                                        "chunk": rows_of[clustered]}), spill)
         release_workers(batches)  # so is verification
         for chunk in np.unique(rows_of[clustered]):
             rows = np.flatnonzero(rows_of == chunk)
-            wanted = meta["uuid"].gather(rows)
+            wanted = cmeta["uuid"].gather(rows)
             sets_u, snips = read_shingle_sets(spill / f"{chunk}.parquet")
             sets = {i: sets_u.get(u, np.zeros(0, np.uint64)) for i, u in zip(rows.tolist(), wanted, strict=True)}
             rejected: set[tuple[int, int]] = set()  # a chunk's pairs: its clusters are no other chunk's
             lo, hi = np.searchsorted(bucket_chunk, [chunk, chunk + 1])
-            ids = np.sort(order[lo:hi])  # band by band: a bucket whose rows an earlier band joined is skipped
-            for band in np.unique(band_of[ids]):
-                todo = ids[band_of[ids] == band]
+            todo_all = np.sort(order[lo:hi])  # band by band: a bucket whose rows an earlier band joined is skipped
+            for band in np.unique(band_of[todo_all]):
+                todo = todo_all[band_of[todo_all] == band]
                 seg = np.concatenate([[0], np.cumsum(lens[todo])[:-1]]).astype(np.int64)
                 pos = np.repeat(starts[todo] - seg, lens[todo]) + np.arange(int(lens[todo].sum()))
                 roots = uf.roots(flat[pos])
@@ -561,22 +573,23 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
                     m = flat[starts[b]:starts[b] + lens[b]]
                     v, j = resolve_bucket(m, [sets[i] for i in m], uf, cfg.threshold, rejected)
                     verified, joined = verified + v, joined + j
-            part = survivors(meta[rows], uf.roots(rows))
+            part = survivors(cmeta[rows], uf.roots(rows))
             size = part.group_by("cluster").len()
             big = set(size.filter(pl.col("len") > alarms.max_cluster_size)["cluster"].to_list())
             index = dict(zip(wanted.to_list(), rows.tolist(), strict=True))
             for u, s in part.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows():
                 a, b = sets[index[u]], sets[index[s]]
                 js[u] = 1.0 if len(a) == 0 else jaccard(a, b)
-            for u, c in part.select("uuid", "cluster").iter_rows():
-                if c in big:
+            for u, c_ in part.select("uuid", "cluster").iter_rows():
+                if c_ in big:
                     snippets[u] = snips.get(u, "")
-    m = survivors(meta[clustered], uf.roots(clustered))
+        sources = pl.scan_parquet(texts).group_by("source").len().collect(engine="streaming")
+    m = survivors(cmeta[clustered], uf.roots(clustered))
     dup = m.filter(pl.col("uuid") != pl.col("survivor"))
     removed = (dup.with_columns(pl.Series("j", [js[u] for u in dup["uuid"]], dtype=pl.Float64).round(2))
                .with_columns(pl.format("near_duplicate: of {} J={}", "survivor", "j").alias("reason"))
                .select("uuid", pl.col("source").cast(pl.Utf8), "reason"))
-    fired = check_alarms(removed, m, meta["source"], snippets, alarms, label)
+    fired = check_alarms(removed, m, sources, snippets, alarms, label)
     n_clusters = n - len(clustered) + m["cluster"].n_unique()
     stats = {"settings": cfg.settings(), "rows": n, "lsh_buckets": len(buckets),
              "candidate_clusters": len(clusters), "largest_candidate_cluster": largest,
@@ -588,7 +601,19 @@ def near_dedup(batches: Batches, meta: pl.DataFrame, cfg: MinHashConfig, alarms:
     return removed, stats
 
 
-def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta: pl.DataFrame,
+def _rows(path: Path, positions: np.ndarray, columns: list[str]) -> pl.DataFrame:
+    """``columns`` of the rows of the parquet file ``path`` at ``positions`` (int64, ascending), in that order."""
+    if not len(positions):
+        return pl.read_parquet(path, columns=columns, n_rows=0)
+    return pl.concat(take_rows(path, rows=positions, columns=columns))
+
+
+def _column(path: Path, positions: pl.Series, column: str) -> pl.Series:
+    """``column`` of the rows of ``path`` at ``positions``."""
+    return _rows(path, positions.to_numpy().astype(np.int64), [column])[column]
+
+
+def cross_dedup(ref: Batches, ref_meta: pl.DataFrame | Path, query: Batches, query_meta: pl.DataFrame | Path,
                 cfg: MinHashConfig, label: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Query texts that near-duplicate a reference text (e.g. RL prompts vs SFT prompts).
 
@@ -596,28 +621,53 @@ def cross_dedup(ref: Batches, ref_meta: pl.DataFrame, query: Batches, query_meta
     query row with a verified edge (or, without shingles, an equal normalized-text
     md5: J = 1) gets ``near_duplicate: of <ref uuid> J=<J> (<label>)`` naming its
     most similar reference row (ties: smallest uuid). ``*_meta`` have ``uuid`` and
-    ``source`` in stream order. Returns (removed, stats).
+    ``source`` in stream order (a frame, or a parquet file read a batch at a time). Like
+    :func:`near_dedup`, memory holds the candidates, not the rows: each side's band keys go to a file in
+    the step's scratch and DuckDB joins them a band at a time (:func:`cross_pairs`). Returns (removed, stats).
     """
-    n_ref = len(ref_meta)
-    meta = pl.concat([ref_meta.select("uuid", "source"), query_meta.select("uuid", "source")])
-    passes = [compute_signatures(src, cfg, m["uuid"], label) for src, m in ((ref, ref_meta), (query, query_meta))]
-    keys = BandKeys.concat([p[0] for p in passes])
-    short_keys = pl.concat([passes[0][1], passes[1][1].with_columns(pl.col("i") + n_ref)])
-    uuids = meta["uuid"].cast(pl.Utf8)
-    pairs = lsh_candidates(keys, np.zeros(len(meta), dtype=np.int64))
-    pairs = pairs[(pairs[:, 0] < n_ref) & (pairs[:, 1] >= n_ref)]
-    wanted = uuids.gather(np.unique(pairs))
+    with tempfile.TemporaryDirectory(dir=scratch(), prefix="cross-dedup-") as tmp:
+        files, shorts, n = [], [], 0
+        for side, batches, meta in (("ref", ref, ref_meta), ("query", query, query_meta)):
+            if isinstance(meta, pl.DataFrame):
+                meta.select("uuid", "source").write_parquet(Path(tmp) / f"{side}-meta.parquet")
+                meta = Path(tmp) / f"{side}-meta.parquet"
+            files.append(Path(tmp) / f"{side}.parquet")
+            shorts.append(compute_signatures(batches, cfg, meta, label, spill=files[-1])[1])
+            n += n_rows(files[-1])
+        short = shorts[1].join(shorts[0], on="k", suffix="_ref").select("i_ref", "i")
+        pairs = np.concatenate([cross_pairs(files[0], files[1], cfg.settings()["bands"]),
+                                short.to_numpy().astype(np.int64).reshape(-1, 2)])
+        ref_ids, query_ids = np.unique(pairs[:, 0]), np.unique(pairs[:, 1])  # the candidates of each side
+        rows = pl.concat([_rows(files[0], ref_ids, ["uuid", "source"]), _rows(files[1], query_ids, ["uuid", "source"])])
+    n_pairs, n_short = len(pairs) - len(short), len(short)
+    pairs = np.stack([np.searchsorted(ref_ids, pairs[:, 0]), len(ref_ids) + np.searchsorted(query_ids, pairs[:, 1])], 1)
+    uuids = rows["uuid"].cast(pl.Utf8)
+    wanted = uuids.gather(np.unique(pairs[:n_pairs]))
     sets = {**shingle_sets(ref, cfg, wanted)[0], **shingle_sets(query, cfg, wanted)[0]}
-    exact = (short_keys.filter(pl.col("i") >= n_ref).join(short_keys.filter(pl.col("i") < n_ref), on="k", suffix="_ref")
-             .select(pl.col("i_ref").alias("i"), pl.col("i").alias("j"), pl.lit(1.0).alias("jaccard"),
-                     pl.lit(True).alias("edge")))
-    checked = pl.concat([verify(pairs, uuids, sets, cfg.threshold), exact])
+    exact = pl.DataFrame({"i": pairs[n_pairs:, 0], "j": pairs[n_pairs:, 1], "jaccard": np.ones(n_short), "edge": True},
+                         schema={"i": pl.Int64, "j": pl.Int64, "jaccard": pl.Float64, "edge": pl.Boolean})
+    checked = pl.concat([verify(pairs[:n_pairs], uuids, sets, cfg.threshold), exact])
     edges = checked.filter("edge")
     hits = (pl.DataFrame({"uuid": uuids.gather(edges["j"]), "ref": uuids.gather(edges["i"]),
                           "jaccard": edges["jaccard"]}, schema={"uuid": pl.Utf8, "ref": pl.Utf8, "jaccard": pl.Float64})
             .sort("uuid", "jaccard", "ref", descending=[False, True, False]).group_by("uuid", maintain_order=True).first())
-    removed = (hits.join(meta, on="uuid", how="left")
+    removed = (hits.join(rows.with_columns(pl.col("source").cast(pl.Utf8)), on="uuid", how="left")
                .with_columns(pl.format("near_duplicate: of {} J={} ({})", "ref", pl.col("jaccard").round(2),
                                        pl.lit(label)).alias("reason")).select("uuid", "source", "reason"))
-    return removed, {"settings": cfg.settings(), "rows": len(meta), "candidate_pairs": len(pairs),
+    return removed, {"settings": cfg.settings(), "rows": n, "candidate_pairs": n_pairs,
                      "verified_edges": int(checked["edge"].sum()), "removed": len(removed)}
+
+
+def cross_pairs(ref: Path, query: Path, bands: int) -> np.ndarray:
+    """Candidate pairs int64 ``[C, 2]`` (position in ``ref``, position in ``query``; unique, sorted) of texts
+    whose band keys are equal in at least one band: a DuckDB join of the two files
+    :func:`compute_signatures` spills (``has``, ``k0``..``k<bands-1>``), a band at a time under its memory
+    limit. Texts with no shingle are in no pair."""
+    side = "SELECT k{b} AS k, file_row_number AS i FROM read_parquet(${f}, file_row_number = true) WHERE has"
+    frames = [pl.DataFrame(schema={"i": pl.Int64, "j": pl.Int64})]
+    with spill_db(ordered=False) as db:
+        for b in range(bands):
+            frames.append(pl.from_arrow(db.sql(
+                f"SELECT r.i, q.i AS j FROM ({side.format(b=b, f='ref')}) r JOIN ({side.format(b=b, f='query')}) q "
+                "USING (k)", params={"ref": str(ref), "query": str(query)}).to_arrow_table()))
+    return pl.concat(frames).unique().sort("i", "j").to_numpy().astype(np.int64).reshape(-1, 2)

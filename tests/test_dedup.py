@@ -44,3 +44,17 @@ def test_rl_dedup_on_prompt_and_counts_balance():
     kept, dupes = exact_dedup(df, "rl")
     assert kept["uuid"].to_list() == ["b0", "b2"]
     assert len(kept) + len(dupes) == len(df)
+
+
+def test_exact_duplicates_of_a_keys_file_equal_those_of_a_frame(tmp_path):
+    from common.text import md5_halves, text_hashes
+    from curation.dedup import exact_duplicates
+
+    df = sft_table(["a b", "A  b", "c", "a b", "d", "c"])
+    frame = pl.DataFrame({"uuid": df["uuid"], "h": md5_halves(text_hashes(df, "sft"))})
+    frame.unnest("h").with_row_index("pos").cast({"pos": pl.Int64}).write_parquet(tmp_path / "keys.parquet")
+    got = exact_duplicates(tmp_path / "keys.parquet")
+    assert got.equals(exact_duplicates(frame))
+    u = df["uuid"].to_list()
+    assert got.rows() == [(u[1], f"exact_duplicate: of {u[0]}", 1), (u[3], f"exact_duplicate: of {u[0]}", 3),
+                          (u[5], f"exact_duplicate: of {u[2]}", 5)]

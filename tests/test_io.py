@@ -155,3 +155,20 @@ def test_a_frame_of_rejects_writes_what_adding_its_rows_one_by_one_writes(tmp_pa
     assert fast.by_reason() == {"dup": 3, "lang": 2, "manual": 2, "old": 1, "q": 3}
     with pytest.raises(ValueError, match="rejects of export: column 'reason' holds 1 nulls"):
         fast.extend_frame(frame.with_columns(reason=pl.lit(None, pl.String)).head(1))
+
+
+def test_a_row_cursor_hands_out_rows_whatever_the_batching_and_names_a_short_or_long_stream():
+    from common.io import RowCursor
+
+    table = pa.table({"i": list(range(10)), "s": [str(i) for i in range(10)]})
+    cursor = RowCursor(table.to_batches(max_chunksize=3), "the meta of t")
+    got = [cursor.take(n) for n in (0, 4, 1, 5)]
+    assert [len(g) for g in got] == [0, 4, 1, 5] and got[3]["i"].to_list() == [5, 6, 7, 8, 9]
+    assert got[1]["s"].to_list() == ["0", "1", "2", "3"]
+    cursor.finish()
+    with pytest.raises(ValueError, match="the meta of t ends before its rows do"):
+        RowCursor(table.to_batches(max_chunksize=4), "the meta of t").take(11)
+    long = RowCursor(table.to_batches(max_chunksize=4), "the meta of t")
+    long.take(9)
+    with pytest.raises(ValueError, match="the meta of t has more rows than it does"):
+        long.finish()

@@ -9,7 +9,6 @@ import pytest
 
 from curation.dedup import run_dedup
 from curation.minhash import (
-    BandKeys,
     DedupAlarm,
     components,
     cross_dedup,
@@ -83,10 +82,13 @@ def test_band_keys_spilled_to_files_equal_held_ones_and_rows_out_of_meta_order_a
     frame = pl.DataFrame({"uuid": [f"u{i}" for i in range(len(texts))], "text": texts})
     batches = lambda: (frame.slice(i, 3) for i in range(0, len(frame), 3))
     held, short, lengths = compute_signatures(batches, cfg, frame["uuid"])
-    spilled, short2, _ = compute_signatures(batches, cfg, frame["uuid"], spill=tmp_path)
+    spilled, short2, none = compute_signatures(batches, cfg, frame["uuid"], spill=tmp_path / "texts.parquet")
     h, off = shingles(frame["text"], cfg)
     want = band_keys(minhash(h, off, cfg), 16, 8)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"band{b}.u64" for b in range(16))
+    assert none is None and spilled.values is None and len(spilled) == len(texts)
+    on_disk = pl.read_parquet(tmp_path / "texts.parquet")
+    assert on_disk.columns == ["uuid", "has", "length"] + [f"k{b}" for b in range(16)]
+    assert on_disk["uuid"].equals(frame["uuid"]) and on_disk["length"].to_list() == [len(t) for t in texts]
     for b in range(16):
         assert np.array_equal(held.band(b), want[:, b]) and np.array_equal(spilled.band(b), want[:, b])
     assert held.has.tolist() == spilled.has.tolist() == [True] * 7 + [False, False]
@@ -96,16 +98,6 @@ def test_band_keys_spilled_to_files_equal_held_ones_and_rows_out_of_meta_order_a
         compute_signatures(batches, cfg, frame["uuid"].reverse())
     with pytest.raises(ValueError, match="batches and meta list different rows"):
         compute_signatures(batches, cfg, frame["uuid"].append(pl.Series(["extra"])))
-
-
-def test_mixing_signatures_of_different_settings_is_refused():
-    keys = np.arange(32, dtype=np.uint64).reshape(2, 16)
-    a = BandKeys(np.ones(2, bool), MinHashConfig().settings(), keys)
-    b = BandKeys(np.ones(2, bool), MinHashConfig(seed=2).settings(), keys)
-    both = BandKeys.concat([a, a])
-    assert len(both) == 4 and both.band(3).tolist() == [3, 19, 3, 19]
-    with pytest.raises(ValueError, match=r"different settings: \{'seed': \(1, 2\)\}"):
-        BandKeys.concat([a, b])
 
 
 def test_removed_rows_and_survivors_are_identical_across_reruns_batches_and_workers():
@@ -198,11 +190,16 @@ def test_alarm_fails_with_the_cluster_shown_or_warns():
         _run(texts, alarms=loss, sources=["a"] * 5 + ["b"])
 
 
-def test_rl_prompts_vs_sft_prompts_removes_only_rl_rows():
+def test_rl_prompts_vs_sft_prompts_removes_only_rl_rows(tmp_path):
     q, other = _text(21), _text(22)
     sft = pl.DataFrame({"uuid": ["s0", "s1", "s2"], "text": [q, other, "short one"], "source": "sft"})
     rl = pl.DataFrame({"uuid": ["r0", "r1", "r2"], "text": [_edit(q, 1, 3), _text(23), "Short  ONE"], "source": "rl"})
-    removed, _ = cross_dedup(lambda: [sft], sft, lambda: [rl], rl, MinHashConfig(), "rl vs sft")
+    removed, stats = cross_dedup(lambda: [sft], sft, lambda: [rl], rl, MinHashConfig(), "rl vs sft")
+    sft.write_parquet(tmp_path / "sft.parquet")
+    rl.select("uuid", "source").write_parquet(tmp_path / "rl.parquet")
+    again = cross_dedup(lambda: [sft], tmp_path / "sft.parquet", lambda: [rl], tmp_path / "rl.parquet",
+                        MinHashConfig(), "rl vs sft")
+    assert removed.equals(again[0]) and stats == again[1] and stats["rows"] == 6 and stats["candidate_pairs"] == 1
     assert removed["uuid"].to_list() == ["r0", "r2"]
     assert removed["reason"].to_list() == [f"near_duplicate: of s0 J={round(71 / 81, 2)} (rl vs sft)",
                                            "near_duplicate: of s2 J=1.0 (rl vs sft)"]
@@ -242,16 +239,22 @@ def test_exempt_sources_get_exact_dedup_only(tmp_path):
 
 
 def _reference_removals(texts, cfg, groups):
-    """The all-pairs resolution near-dedup replaced: every LSH candidate pair verified, components."""
-    from curation.minhash import compute_signatures, exact_edges, lsh_candidates, shingle_sets, survivors
+    """The all-pairs resolution near-dedup replaced: every pair of one group equal in some band verified
+    (band keys compared pair by pair), components."""
+    from curation.minhash import compute_signatures, exact_edges, shingle_sets, survivors
 
     frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
     keys, short_keys, lengths = compute_signatures(lambda: [frame], cfg, frame["uuid"])
     g = np.asarray(groups, dtype=object).astype(str)
-    pairs = lsh_candidates(keys, g)
+    same = (g[:, None] == g[None, :]) & keys.has[:, None] & keys.has[None, :]
+    hit = np.zeros_like(same)
+    for b in range(cfg.settings()["bands"]):
+        hit |= keys.band(b)[:, None] == keys.band(b)[None, :]
+    pairs = np.argwhere(np.triu(same & hit, k=1)).astype(np.int64)
     sets, _ = shingle_sets(lambda: [frame], cfg, set(frame["uuid"]))
     edges = np.concatenate([verify(pairs, frame["uuid"], sets, cfg.threshold).filter("edge").select("i", "j")
-                            .to_numpy().reshape(-1, 2), exact_edges(short_keys, g)])
+                            .to_numpy().reshape(-1, 2),
+                            exact_edges(short_keys.with_columns(group=pl.Series(g[short_keys["i"].to_numpy()])))])
     meta = frame.select("uuid", pl.lit(0).alias("priority"), pl.Series("length", lengths))
     m = survivors(meta, components(len(texts), edges))
     return dict(m.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows())
@@ -293,3 +296,29 @@ def test_verified_pairs_grow_linearly_with_a_cluster_of_near_copies():
         assert len(removed) == k - 1
         counts[k] = stats["verified_pairs"]
     assert counts[10] < 2 * 10 and counts[40] < 2 * 40  # about one check per copy, not k(k-1)/2 (45, 780)
+
+
+def test_near_dedup_holds_its_candidates_not_its_rows_and_reads_meta_from_a_file(tmp_path, monkeypatch):
+    import curation.minhash as mh
+
+    base = _text(5, 200)
+    texts = [_text(300 + i, 60) for i in range(40)] + [_edit(base, 2, i) for i in range(4)] + ["too short"] * 2
+    frame = pl.DataFrame({"uuid": [f"u{i:02d}" for i in range(len(texts))], "text": texts})
+    meta = frame.select("uuid", pl.lit("s").alias("source"), pl.lit("g").alias("group"), pl.lit(0).alias("priority"))
+    sizes = []
+
+    class Recording(mh.UnionFind):
+        def __init__(self, n):
+            sizes.append(n)
+            super().__init__(n)
+
+    monkeypatch.setattr(mh, "UnionFind", Recording)
+    batches = lambda: (frame.slice(i, 7) for i in range(0, len(frame), 7))
+    removed, stats = near_dedup(batches, meta, MinHashConfig(), NO_ALARM)
+    meta.write_parquet(tmp_path / "meta.parquet")
+    again, stats2 = near_dedup(batches, tmp_path / "meta.parquet", MinHashConfig(), NO_ALARM)
+    assert sizes == [6, 6]  # the 4 near-copies and the 2 short twins: not the 46 rows
+    assert removed.equals(again) and stats == stats2
+    assert stats["rows"] == 46 and stats["clusters"] == 42 and len(removed) == 4
+    with pytest.raises(ValueError, match="rows: batches and meta list different rows"):
+        near_dedup(batches, meta.head(45), MinHashConfig(), NO_ALARM)
