@@ -20,7 +20,7 @@ largest sum over the process tree seen by that poll.
     python benchmarks/scale.py --scales 1 16 [--steps dedup quality ...] [--mode distinct|near]
         [--executor local|ray] [--threads N] [--code DIR]
         [--input ingested|dedup|semdedup|decontaminated|tokenized]
-        [--json docs/scale/after.json] [--keep]
+        [--json docs/scale/after.json] [--keep] [--rerun DIR ...]
 
 ``--input decontaminated`` replicates decontaminate's output instead, for the steps from ``validate``
 on (``--input semdedup``: semdedup's, from ``decontaminate`` on; ``--input dedup``: dedup's, from ``quality``
@@ -29,7 +29,9 @@ marker, so their copies are exact copies: in a whole chain dedup removes them, b
 decontaminate output ``validate`` fails on them (the RL suite's unique ``text_hash``: 15 short BFCL prompts
 a copy); start at ``build`` there. ``--code DIR`` runs the steps from
 another checkout (``PYTHONPATH=DIR``), e.g. a ``git worktree`` of the commit before a change, for a
-before/after table on the same machine and data. Needs the default pipeline's ``data/`` (``dvc repro export``).
+before/after table on the same machine and data; ``--rerun DIR ...`` runs the steps again in run directories
+``--keep`` kept (no replication: the other checkout's run on the same copies; ``--scales`` is ignored).
+Needs the default pipeline's ``data/`` (``dvc repro export``).
 """
 
 from __future__ import annotations
@@ -187,25 +189,19 @@ def main() -> None:
     ap.add_argument("--max-rss-gb", type=float, default=20.0, help="stop a scale's later steps past this")
     ap.add_argument("--keep", action="store_true",
                     help="keep each scale's run directory (outputs, rejects, metrics) and print its path")
+    ap.add_argument("--rerun", type=Path, nargs="+", help="run directories --keep kept: run the steps there again")
     args = ap.parse_args()
     print(f"{'scale':>5} {'rows':>9} {'step':13} {'wall s':>8} {'cpu s':>8} {'peak GB':>8}", flush=True)
-    for scale in args.scales:
-        run = Path(tempfile.mkdtemp(prefix=f"scale{scale}.", dir=os.environ.get("SCALE_TMP")))
+    files = SPLITS if args.input == "tokenized" else ("sft", "rl")
+    for scale in (args.rerun or args.scales):
+        if args.rerun:
+            run, scale = scale, int(scale.name.removeprefix("scale").split(".")[0])
+            rows = sum(pq.ParquetFile(run / f"data/{args.input}/{k}.parquet").metadata.num_rows for k in files)
+        else:
+            run = Path(tempfile.mkdtemp(prefix=f"scale{scale}.", dir=os.environ.get("SCALE_TMP")))
         try:
-            (run / "data/ingested").mkdir(parents=True)
-            (run / "data" / args.input).mkdir(parents=True, exist_ok=True)
-            files = SPLITS if args.input == "tokenized" else ("sft", "rl")
-            rows = sum(replicate(REPO / f"data/{args.input}/{k}.parquet", run / f"data/{args.input}/{k}.parquet", scale,
-                                 k, args.mode) for k in files)
-            for name in ("sources", "assets", "decontam_index"):
-                (run / "data" / name).symlink_to(REPO / "data" / name)
-            (run / "data/ingested/benchmarks.parquet").symlink_to(REPO / "data/ingested/benchmarks.parquet")
-            (run / "corpora").symlink_to(REPO / "corpora")
-            params = yaml.safe_load(((args.code or REPO) / "params.yaml").read_text())
-            if args.threads:
-                params.setdefault("executor", {})["threads"] = args.threads
-            params.setdefault("dedup", {}).setdefault("near", {}).setdefault("alarms", {})["on_alarm"] = "warn"
-            (run / "params.yaml").write_text(yaml.safe_dump(params))
+            if not args.rerun:
+                rows = _prepare(run, scale, args, files)
             for step in args.steps:
                 r = run_step(run, step, args.code, args.executor)
                 r.update(scale=scale, rows=rows, mode=args.mode, executor=args.executor, threads=args.threads,
@@ -219,10 +215,29 @@ def main() -> None:
                 if "error" in r or r["peak_rss_gb"] > args.max_rss_gb:
                     break
         finally:
-            if args.keep:
+            if args.keep or args.rerun:
                 print(f"kept {run}", flush=True)
             else:
                 shutil.rmtree(run, ignore_errors=True)
+
+
+def _prepare(run: Path, scale: int, args: argparse.Namespace, files: tuple[str, ...]) -> int:
+    """Replicate the input ``scale`` times into the run directory ``run``, link what the steps read from the
+    repository, write its params.yaml; returns the rows replicated."""
+    (run / "data/ingested").mkdir(parents=True)
+    (run / "data" / args.input).mkdir(parents=True, exist_ok=True)
+    rows = sum(replicate(REPO / f"data/{args.input}/{k}.parquet", run / f"data/{args.input}/{k}.parquet", scale,
+                         k, args.mode) for k in files)
+    for name in ("sources", "assets", "decontam_index"):
+        (run / "data" / name).symlink_to(REPO / "data" / name)
+    (run / "data/ingested/benchmarks.parquet").symlink_to(REPO / "data/ingested/benchmarks.parquet")
+    (run / "corpora").symlink_to(REPO / "corpora")
+    params = yaml.safe_load(((args.code or REPO) / "params.yaml").read_text())
+    if args.threads:
+        params.setdefault("executor", {})["threads"] = args.threads
+    params.setdefault("dedup", {}).setdefault("near", {}).setdefault("alarms", {})["on_alarm"] = "warn"
+    (run / "params.yaml").write_text(yaml.safe_dump(params))
+    return rows
 
 
 if __name__ == "__main__":
