@@ -522,40 +522,37 @@ def near_dedup(batches: Batches, meta: pl.DataFrame | Path, cfg: MinHashConfig, 
         release_workers(batches)  # banding and clustering are the driver's
         n = n_rows(texts)
         buckets = lsh_buckets(texts, cfg.settings()["bands"])
-        short = exact_edges(short_keys.with_columns(_column(texts, short_keys["i"], "group")))
+        groups = _rows(texts, short_keys["i"].to_numpy().astype(np.int64), ["group"])["group"]
+        short = exact_edges(short_keys.with_columns(groups))
         flat = buckets["members"].explode().to_numpy().astype(np.int64)
         lens = buckets["members"].list.len().to_numpy().astype(np.int64)
         starts = np.cumsum(lens) - lens
         band_of = buckets["band"].to_numpy()
         ids = np.unique(np.concatenate([flat, short.ravel()]))  # the candidates' positions; from here on,
         flat, short = np.searchsorted(ids, flat), np.searchsorted(ids, short)  # a candidate is its number
-        c = len(ids)
+        n_candidates = len(ids)
         others = np.ones(len(flat), bool)
         others[starts] = False
         star = np.stack([np.repeat(flat[starts], lens - 1), flat[others]], axis=1)
-        candidate = components(c, np.concatenate([star, short]).astype(np.int64))
+        candidate = components(n_candidates, np.concatenate([star, short]).astype(np.int64))
         del star, others
         cmeta = _rows(texts, ids, ["uuid", "source", "priority", "length"])
-        uf = UnionFind(c)
+        uf = UnionFind(n_candidates)
         for a, b in short:
             uf.union(int(a), np.array([b]))
-        counts = np.bincount(candidate, minlength=c)
-        largest, clusters = int(counts.max(initial=min(n, 1))), np.flatnonzero(counts > 1)
-        chunk_of = np.full(c, -1, np.int64)
-        chars = np.bincount(candidate, weights=cmeta["length"].to_numpy() + 1, minlength=c)
-        chunk_of[clusters] = np.cumsum(chars[clusters]).astype(np.int64) // max(verify_chars, 1)
+        sizes = np.bincount(candidate)  # every candidate cluster has two or more members
+        chars = np.bincount(candidate, weights=cmeta["length"].to_numpy() + 1)
+        chunk_of = np.cumsum(chars).astype(np.int64) // max(verify_chars, 1)  # each candidate cluster's chunk
         first = flat[starts]
         order = np.argsort(candidate[first], kind="stable")  # buckets by candidate cluster
         bucket_chunk = chunk_of[candidate[first][order]]
-        rows_of = chunk_of[candidate]  # each candidate's chunk
+        rows_of = chunk_of[candidate]  # each candidate's
         verified = joined = 0
         js: dict[str, float] = {}
         snippets: dict[str, str] = {}
-        clustered = np.flatnonzero(rows_of >= 0)  # candidates of clusters of two or more: all of them
-        spill_shingle_sets(batches, cfg, pl.DataFrame({"uuid": cmeta["uuid"].gather(clustered),
-                                                       "chunk": rows_of[clustered]}), spill)
+        spill_shingle_sets(batches, cfg, pl.DataFrame({"uuid": cmeta["uuid"], "chunk": rows_of}), spill)
         release_workers(batches)  # so is verification
-        for chunk in np.unique(rows_of[clustered]):
+        for chunk in np.unique(rows_of):
             rows = np.flatnonzero(rows_of == chunk)
             wanted = cmeta["uuid"].gather(rows)
             sets_u, snips = read_shingle_sets(spill / f"{chunk}.parquet")
@@ -580,19 +577,19 @@ def near_dedup(batches: Batches, meta: pl.DataFrame | Path, cfg: MinHashConfig, 
             for u, s in part.filter(pl.col("uuid") != pl.col("survivor")).select("uuid", "survivor").iter_rows():
                 a, b = sets[index[u]], sets[index[s]]
                 js[u] = 1.0 if len(a) == 0 else jaccard(a, b)
-            for u, c_ in part.select("uuid", "cluster").iter_rows():
-                if c_ in big:
+            for u, c in part.select("uuid", "cluster").iter_rows():
+                if c in big:
                     snippets[u] = snips.get(u, "")
         sources = pl.scan_parquet(texts).group_by("source").len().collect(engine="streaming")
-    m = survivors(cmeta[clustered], uf.roots(clustered))
+    m = survivors(cmeta, uf.roots(np.arange(n_candidates)))
     dup = m.filter(pl.col("uuid") != pl.col("survivor"))
     removed = (dup.with_columns(pl.Series("j", [js[u] for u in dup["uuid"]], dtype=pl.Float64).round(2))
                .with_columns(pl.format("near_duplicate: of {} J={}", "survivor", "j").alias("reason"))
                .select("uuid", pl.col("source").cast(pl.Utf8), "reason"))
     fired = check_alarms(removed, m, sources, snippets, alarms, label)
-    n_clusters = n - len(clustered) + m["cluster"].n_unique()
+    n_clusters = n - n_candidates + m["cluster"].n_unique()
     stats = {"settings": cfg.settings(), "rows": n, "lsh_buckets": len(buckets),
-             "candidate_clusters": len(clusters), "largest_candidate_cluster": largest,
+             "candidate_clusters": len(sizes), "largest_candidate_cluster": int(sizes.max(initial=min(n, 1))),
              "verified_pairs": verified, "joining_pairs": joined, "short_text_edges": len(short),
              "clusters": n_clusters, "removed": len(removed),
              "largest_cluster": int(m.group_by("cluster").len()["len"].max() or min(n, 1)), "alarms": fired}
@@ -606,11 +603,6 @@ def _rows(path: Path, positions: np.ndarray, columns: list[str]) -> pl.DataFrame
     if not len(positions):
         return pl.read_parquet(path, columns=columns, n_rows=0)
     return pl.concat(take_rows(path, rows=positions, columns=columns))
-
-
-def _column(path: Path, positions: pl.Series, column: str) -> pl.Series:
-    """``column`` of the rows of ``path`` at ``positions``."""
-    return _rows(path, positions.to_numpy().astype(np.int64), [column])[column]
 
 
 def cross_dedup(ref: Batches, ref_meta: pl.DataFrame | Path, query: Batches, query_meta: pl.DataFrame | Path,
